@@ -1,0 +1,139 @@
+//! The command line, as the user types it. [`crate::settings`] turns it into what runs.
+//!
+//! Flag names follow Kafka's MirrorMaker (`--consumer.config`, `--num.streams`, ...) so that
+//! existing users feel at home.
+
+use std::path::PathBuf;
+
+use clap::builder::BoolishValueParser;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mirror-maker",
+    version,
+    about = "Mirror Kafka topics from a source cluster to a target cluster without losing a record.",
+    long_about = "Mirror Kafka topics from a source cluster to a target cluster without losing a \
+                  record: commits on the source only what the target acknowledged (KIP-3).\n\n\
+                  Exit codes: 0 clean shutdown, 1 runtime failure, 2 bad usage or configuration.",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub mirror: MirrorArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Mirror sample records between two embedded Kafka-protocol clusters and verify the copy.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MirrorArgs {
+    /// librdkafka properties of the source consumer (TOML, or Java .properties by extension).
+    /// `bootstrap.servers` and `group.id` are required.
+    #[arg(long = "consumer.config", value_name = "FILE", required = true)]
+    pub consumer_config: Option<PathBuf>,
+
+    /// librdkafka properties of the target producer (TOML, or Java .properties by extension).
+    /// `bootstrap.servers` is required.
+    #[arg(long = "producer.config", value_name = "FILE", required = true)]
+    pub producer_config: Option<PathBuf>,
+
+    /// Topics to mirror: a regex matched against the whole topic name (as Java's
+    /// `String.matches`). Topics created later that match are picked up while running.
+    #[arg(
+        long = "whitelist",
+        visible_alias = "include",
+        value_name = "REGEX",
+        required = true
+    )]
+    pub whitelist: Option<String>,
+
+    /// Mirror threads; each is one consumer in the group and runs consume → produce.
+    #[arg(
+        long = "num.streams",
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=256)
+    )]
+    pub num_streams: u32,
+
+    /// How often acknowledged offsets are committed on the source.
+    #[arg(long = "offset.commit.interval.ms", value_name = "MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub offset_commit_interval_ms: u64,
+
+    /// On a record the target refuses for good: true stops the mirror (exit 1) after
+    /// committing what was acknowledged; false logs it, counts it as dropped and goes on.
+    #[arg(long = "abort.on.send.failure", visible_alias = "abort.on.send.fail",
+          value_name = "BOOL", default_value = "true", num_args = 0..=1, default_missing_value = "true",
+          value_parser = BoolishValueParser::new())]
+    pub abort_on_send_failure: bool,
+
+    /// Refuse client settings that could lose records (acks other than all, auto commit,
+    /// delivery timeouts, ...). false uses your settings as given.
+    #[arg(long = "no.data.loss", value_name = "BOOL", default_value = "true", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub no_data_loss: bool,
+
+    /// preserve: each record goes to the same partition number as in the source (the target
+    /// topic needs at least as many partitions). hash: Kafka's Java-compatible murmur2 hash of
+    /// the key.
+    #[arg(long = "partitioning", value_enum, default_value_t = Partitioning::Preserve)]
+    pub partitioning: Partitioning,
+
+    /// On SIGINT/SIGTERM or a fatal error: how long to wait for the target to acknowledge the
+    /// records in flight before committing what was acknowledged and exiting.
+    #[arg(
+        long = "shutdown.timeout.ms",
+        value_name = "MS",
+        default_value_t = 30_000
+    )]
+    pub shutdown_timeout_ms: u64,
+
+    /// How often the source is asked for topics that newly match the whitelist.
+    #[arg(long = "topic.refresh.interval.ms", value_name = "MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(100..))]
+    pub topic_refresh_interval_ms: u64,
+
+    /// How long to wait at start-up for each cluster to answer before giving up (exit 1).
+    #[arg(
+        long = "startup.timeout.ms",
+        value_name = "MS",
+        default_value_t = 30_000
+    )]
+    pub startup_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Partitioning {
+    /// Same partition number as in the source.
+    Preserve,
+    /// Java-compatible murmur2 hash of the key (random for records without a key).
+    Hash,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Sample records to write into the embedded source cluster.
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub records: u64,
+
+    /// Partitions of the sample topic.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(i32).range(1..=1024))]
+    pub partitions: i32,
+
+    /// Mirror streams (as --num.streams).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub streams: u32,
+
+    /// Size of each record's value in bytes.
+    #[arg(long = "value.bytes", default_value_t = 100)]
+    pub value_bytes: usize,
+}

@@ -1,0 +1,519 @@
+//! Client configuration files and the no-data-loss rules.
+//!
+//! Both `--consumer.config` and `--producer.config` hold librdkafka properties. A file ending in
+//! `.properties` is read as a Java properties file (so MirrorMaker users can reuse theirs); any
+//! other file is TOML, whose dotted keys (`bootstrap.servers = "..."`) TOML parses as nested
+//! tables and we flatten back to `bootstrap.servers`.
+//!
+//! [`ClientProps::apply_consumer_rules`] and [`ClientProps::apply_producer_rules`] turn what the
+//! user wrote into what the mirror runs with: with no-data-loss on, settings that could lose
+//! records are refused by name, and the safe ones are filled in where the user left them out.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use rdkafka::config::ClientConfig;
+
+/// Which client a configuration file is for; used in error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Consumer,
+    Producer,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::Consumer => "consumer",
+            Role::Producer => "producer",
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {role} config {}: {source}", path.display())]
+    Read {
+        role: Role,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{role} config {} is not valid TOML: {message}", path.display())]
+    Toml {
+        role: Role,
+        path: PathBuf,
+        message: String,
+    },
+    #[error("{role} config {}, line {line}: {message}", path.display())]
+    Properties {
+        role: Role,
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{role} config {}: key `{key}` has a {kind} value; librdkafka properties take a string, number or boolean (write lists as \"a,b\")", path.display())]
+    UnsupportedValue {
+        role: Role,
+        path: PathBuf,
+        key: String,
+        kind: &'static str,
+    },
+    #[error("{role} config {}: `{key}` is required ({hint})", path.display())]
+    Missing {
+        role: Role,
+        path: PathBuf,
+        key: &'static str,
+        hint: &'static str,
+    },
+    #[error("{role} config {}: `{key} = {value}` could lose records; the mirror needs {required}. Remove the key, or run with --no.data.loss false to use your settings as given", path.display())]
+    Weakening {
+        role: Role,
+        path: PathBuf,
+        key: String,
+        value: String,
+        required: &'static str,
+    },
+    #[error("{role} config {}: {message}", path.display())]
+    Rejected {
+        role: Role,
+        path: PathBuf,
+        message: String,
+    },
+}
+
+/// The librdkafka properties of one client, with the file they came from.
+#[derive(Debug, Clone)]
+pub struct ClientProps {
+    pub role: Role,
+    pub path: PathBuf,
+    pub props: BTreeMap<String, String>,
+}
+
+impl ClientProps {
+    /// Reads a `.properties` or TOML file.
+    pub fn load(role: Role, path: &Path) -> Result<ClientProps, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            role,
+            path: path.to_owned(),
+            source,
+        })?;
+        let is_properties = path
+            .extension()
+            .is_some_and(|ext| ext.eq_ignore_ascii_case("properties"));
+        let props = if is_properties {
+            parse_properties(&text).map_err(|(line, message)| ConfigError::Properties {
+                role,
+                path: path.to_owned(),
+                line,
+                message,
+            })?
+        } else {
+            parse_toml(role, path, &text)?
+        };
+        Ok(ClientProps {
+            role,
+            path: path.to_owned(),
+            props,
+        })
+    }
+
+    /// Builds properties given in code (the demo, tests), as if read from `origin`.
+    pub fn from_pairs<'a>(
+        role: Role,
+        origin: &str,
+        pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> ClientProps {
+        ClientProps {
+            role,
+            path: PathBuf::from(origin),
+            props: pairs
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.props.get(key).map(String::as_str)
+    }
+
+    pub(crate) fn set_default(&mut self, key: &str, value: &str) {
+        self.props
+            .entry(key.to_owned())
+            .or_insert_with(|| value.to_owned());
+    }
+
+    fn require(&self, key: &'static str, hint: &'static str) -> Result<(), ConfigError> {
+        match self.get(key) {
+            Some(v) if !v.trim().is_empty() => Ok(()),
+            _ => Err(ConfigError::Missing {
+                role: self.role,
+                path: self.path.clone(),
+                key,
+                hint,
+            }),
+        }
+    }
+
+    /// Refuses `key` unless its value (case-insensitive) is one of `allowed`.
+    fn refuse_unless(
+        &self,
+        key: &str,
+        allowed: &[&str],
+        required: &'static str,
+    ) -> Result<(), ConfigError> {
+        match self.get(key) {
+            Some(v) if !allowed.iter().any(|a| a.eq_ignore_ascii_case(v.trim())) => {
+                Err(ConfigError::Weakening {
+                    role: self.role,
+                    path: self.path.clone(),
+                    key: key.to_owned(),
+                    value: v.to_owned(),
+                    required,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The consumer: explicit commits only, cooperative rebalancing unless the user chose.
+    pub fn apply_consumer_rules(&mut self, no_data_loss: bool) -> Result<(), ConfigError> {
+        self.require(
+            "bootstrap.servers",
+            "the source cluster's brokers, host:port[,host:port]",
+        )?;
+        self.require(
+            "group.id",
+            "the consumer group the mirror instances share, e.g. group.id = \"mirror\"",
+        )?;
+        if no_data_loss {
+            self.refuse_unless(
+                "enable.auto.commit",
+                &["false"],
+                "enable.auto.commit = false (it commits only what the target acknowledged)",
+            )?;
+            self.set_default("enable.auto.commit", "false");
+        }
+        // Offsets are committed explicitly from the acknowledged-offset tracker; the
+        // consumer's own offset store is never used.
+        self.props
+            .insert("enable.auto.offset.store".into(), "false".into());
+        self.set_default("partition.assignment.strategy", "cooperative-sticky");
+        // A topic that starts matching the whitelist is mirrored from its first record.
+        self.set_default("auto.offset.reset", "earliest");
+        self.validate()
+    }
+
+    /// The producer: acknowledged by all replicas, idempotent, retried for ever.
+    pub fn apply_producer_rules(&mut self, no_data_loss: bool) -> Result<(), ConfigError> {
+        self.require(
+            "bootstrap.servers",
+            "the target cluster's brokers, host:port[,host:port]",
+        )?;
+        if no_data_loss {
+            for key in ["acks", "request.required.acks"] {
+                self.refuse_unless(key, &["all", "-1"], "acks = all")?;
+            }
+            self.refuse_unless(
+                "enable.idempotence",
+                &["true"],
+                "enable.idempotence = true (ordered retries without duplicates)",
+            )?;
+            for key in ["message.timeout.ms", "delivery.timeout.ms"] {
+                self.refuse_unless(key, &["0"], "no delivery timeout (0: retry for ever)")?;
+            }
+            for key in ["retries", "message.send.max.retries"] {
+                self.refuse_unless(
+                    key,
+                    &["2147483647"],
+                    "unlimited retries (2147483647, the default)",
+                )?;
+            }
+            self.set_default("acks", "all");
+            self.set_default("enable.idempotence", "true");
+            self.set_default("message.timeout.ms", "0");
+        }
+        self.validate()
+    }
+
+    /// Checks every key and value with librdkafka itself, without connecting to anything.
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.client_config()
+            .create_native_config()
+            .map(drop)
+            .map_err(|e| ConfigError::Rejected {
+                role: self.role,
+                path: self.path.clone(),
+                message: format!("{e}"),
+            })
+    }
+
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        for (k, v) in &self.props {
+            config.set(k, v);
+        }
+        config
+    }
+}
+
+fn parse_toml(
+    role: Role,
+    path: &Path,
+    text: &str,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ConfigError::Toml {
+            role,
+            path: path.to_owned(),
+            message: e.to_string().trim().replace('\n', " "),
+        })?;
+    let mut out = BTreeMap::new();
+    flatten(role, path, "", &table, &mut out)?;
+    Ok(out)
+}
+
+fn flatten(
+    role: Role,
+    path: &Path,
+    prefix: &str,
+    table: &toml::Table,
+    out: &mut BTreeMap<String, String>,
+) -> Result<(), ConfigError> {
+    for (k, v) in table {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        let unsupported = |kind| ConfigError::UnsupportedValue {
+            role,
+            path: path.to_owned(),
+            key: key.clone(),
+            kind,
+        };
+        let value = match v {
+            toml::Value::Table(t) => {
+                flatten(role, path, &key, t, out)?;
+                continue;
+            }
+            toml::Value::Array(items) => {
+                let mut parts = Vec::with_capacity(items.len());
+                for item in items {
+                    parts.push(scalar(item).ok_or_else(|| unsupported("nested array or table"))?);
+                }
+                parts.join(",")
+            }
+            other => scalar(other).ok_or_else(|| unsupported("date-time"))?,
+        };
+        out.insert(key, value);
+    }
+    Ok(())
+}
+
+fn scalar(v: &toml::Value) -> Option<String> {
+    match v {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(i) => Some(i.to_string()),
+        toml::Value::Float(f) => Some(f.to_string()),
+        toml::Value::Boolean(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Parses a Java `.properties` file: `key=value`, `key: value` or `key value`, `#`/`!` comments,
+/// backslash line continuations and escapes. Errors carry the 1-based line number.
+pub fn parse_properties(text: &str) -> Result<BTreeMap<String, String>, (usize, String)> {
+    let mut out = BTreeMap::new();
+    let mut lines = text.lines().enumerate();
+    while let Some((idx, raw)) = lines.next() {
+        let first_line = idx + 1;
+        let trimmed = raw.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!') {
+            continue;
+        }
+        // Join continuation lines (an odd number of trailing backslashes).
+        let mut logical = trimmed.to_owned();
+        while ends_with_continuation(&logical) {
+            logical.pop();
+            match lines.next() {
+                Some((_, next)) => logical.push_str(next.trim_start()),
+                None => break,
+            }
+        }
+        let (key, value) = split_property(&logical);
+        let key = unescape(key).map_err(|m| (first_line, m))?;
+        let value = unescape(value).map_err(|m| (first_line, m))?;
+        if key.is_empty() {
+            return Err((first_line, "a property with an empty key".to_owned()));
+        }
+        out.insert(key, value);
+    }
+    Ok(out)
+}
+
+fn ends_with_continuation(s: &str) -> bool {
+    s.chars().rev().take_while(|&c| c == '\\').count() % 2 == 1
+}
+
+fn split_property(line: &str) -> (&str, &str) {
+    let mut escaped = false;
+    for (i, c) in line.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' => escaped = true,
+            '=' | ':' => return (&line[..i], line[i + 1..].trim_start()),
+            c if c.is_whitespace() => {
+                let rest = line[i..].trim_start();
+                let rest = rest
+                    .strip_prefix('=')
+                    .or_else(|| rest.strip_prefix(':'))
+                    .unwrap_or(rest);
+                return (&line[..i], rest.trim_start());
+            }
+            _ => {}
+        }
+    }
+    (line, "")
+}
+
+fn unescape(s: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('f') => out.push('\x0c'),
+            Some('u') => {
+                let hex: String = chars.by_ref().take(4).collect();
+                let code = u32::from_str_radix(&hex, 16)
+                    .ok()
+                    .and_then(char::from_u32)
+                    .ok_or_else(|| format!("invalid unicode escape \\u{hex}"))?;
+                out.push(code);
+            }
+            Some(other) => out.push(other),
+            None => {}
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_dotted_keys_are_flattened_back_to_librdkafka_names() {
+        let text = "bootstrap.servers = \"a:9092\"\ngroup.id = \"mirror\"\nfetch.wait.max.ms = 10\nenable.auto.commit = false\n";
+        let props = parse_toml(Role::Consumer, Path::new("c.toml"), text).unwrap();
+        assert_eq!(props["bootstrap.servers"], "a:9092");
+        assert_eq!(props["group.id"], "mirror");
+        assert_eq!(props["fetch.wait.max.ms"], "10");
+        assert_eq!(props["enable.auto.commit"], "false");
+    }
+
+    #[test]
+    fn toml_arrays_become_comma_lists_and_errors_name_the_line() {
+        let props = parse_toml(
+            Role::Consumer,
+            Path::new("c.toml"),
+            "partition.assignment.strategy = [\"range\", \"roundrobin\"]",
+        )
+        .unwrap();
+        assert_eq!(props["partition.assignment.strategy"], "range,roundrobin");
+        let err = parse_toml(Role::Consumer, Path::new("c.toml"), "a = 1\nb = = 2\n").unwrap_err();
+        assert!(err.to_string().contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn java_properties_with_comments_separators_and_continuations() {
+        let text = "# comment\n! other\nbootstrap.servers=a:1,\\\n    b:2\ngroup.id : mirror\nclient.id  x\nsasl.jaas.config=a\\=b\n";
+        let props = parse_properties(text).unwrap();
+        assert_eq!(props["bootstrap.servers"], "a:1,b:2");
+        assert_eq!(props["group.id"], "mirror");
+        assert_eq!(props["client.id"], "x");
+        assert_eq!(props["sasl.jaas.config"], "a=b");
+    }
+
+    #[test]
+    fn weakening_settings_are_refused_by_name_unless_no_data_loss_is_off() {
+        let mut p = ClientProps::from_pairs(
+            Role::Producer,
+            "p.toml",
+            [("bootstrap.servers", "x:1"), ("acks", "1")],
+        );
+        let err = p
+            .clone()
+            .apply_producer_rules(true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`acks = 1`") && err.contains("--no.data.loss false"),
+            "{err}"
+        );
+        p.apply_producer_rules(false).unwrap();
+        assert_eq!(p.get("acks"), Some("1"));
+
+        let mut c = ClientProps::from_pairs(
+            Role::Consumer,
+            "c.toml",
+            [
+                ("bootstrap.servers", "x:1"),
+                ("group.id", "g"),
+                ("enable.auto.commit", "true"),
+            ],
+        );
+        let err = c.apply_consumer_rules(true).unwrap_err().to_string();
+        assert!(err.contains("enable.auto.commit"), "{err}");
+    }
+
+    #[test]
+    fn safe_defaults_are_filled_in() {
+        let mut p =
+            ClientProps::from_pairs(Role::Producer, "p.toml", [("bootstrap.servers", "x:1")]);
+        p.apply_producer_rules(true).unwrap();
+        assert_eq!(p.get("acks"), Some("all"));
+        assert_eq!(p.get("enable.idempotence"), Some("true"));
+        assert_eq!(p.get("message.timeout.ms"), Some("0"));
+        let mut c = ClientProps::from_pairs(
+            Role::Consumer,
+            "c.toml",
+            [("bootstrap.servers", "x:1"), ("group.id", "g")],
+        );
+        c.apply_consumer_rules(true).unwrap();
+        assert_eq!(c.get("enable.auto.commit"), Some("false"));
+        assert_eq!(
+            c.get("partition.assignment.strategy"),
+            Some("cooperative-sticky")
+        );
+    }
+
+    #[test]
+    fn unknown_librdkafka_keys_are_rejected_with_the_file_name() {
+        let mut c = ClientProps::from_pairs(
+            Role::Consumer,
+            "c.toml",
+            [
+                ("bootstrap.servers", "x:1"),
+                ("group.id", "g"),
+                ("no.such.key", "1"),
+            ],
+        );
+        let err = c.apply_consumer_rules(true).unwrap_err().to_string();
+        assert!(
+            err.contains("c.toml") && err.contains("no.such.key"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,113 @@
+//! `mirror-maker`: exit codes 0 (clean shutdown), 1 (runtime failure), 2 (bad usage or
+//! configuration).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+
+use mirror_maker::cli::{Cli, Command, MirrorArgs};
+use mirror_maker::control::{Control, Stats};
+use mirror_maker::settings::Settings;
+use mirror_maker::{demo, logging, pipeline};
+
+const RUNTIME_FAILURE: u8 = 1;
+const BAD_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help, --version
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One line: what is wrong; the usage is one --help away.
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or("error: bad usage");
+            eprintln!("{first} (see mirror-maker --help)");
+            return ExitCode::from(BAD_USAGE);
+        }
+    };
+    logging::init();
+    match cli.command {
+        Some(Command::Demo(args)) => match demo::run(&args) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(RUNTIME_FAILURE),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(RUNTIME_FAILURE)
+            }
+        },
+        None => run_mirror(&cli.mirror),
+    }
+}
+
+fn run_mirror(args: &MirrorArgs) -> ExitCode {
+    let settings = match Settings::from_args(args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(BAD_USAGE);
+        }
+    };
+    let control = Arc::new(Control::new());
+    let stats = Arc::new(Stats::default());
+    if let Err(e) = watch_signals(control.clone()) {
+        eprintln!("error: cannot install signal handlers: {e:#}");
+        return ExitCode::from(RUNTIME_FAILURE);
+    }
+    match pipeline::run(&settings, control, stats) {
+        Ok(summary) => {
+            if summary.unacknowledged > 0 {
+                tracing::warn!(
+                    "{} records were not acknowledged by the target before the shutdown timeout; \
+                     they were not committed and will be mirrored again on restart",
+                    summary.unacknowledged
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(RUNTIME_FAILURE)
+        }
+    }
+}
+
+/// SIGINT or SIGTERM asks the streams to stop, flush and commit; a second one exits at once
+/// (what was committed stays committed; the rest is mirrored again on restart).
+fn watch_signals(control: Arc<Control>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    let (mut int, mut term) = {
+        let _guard = runtime.enter();
+        (
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        )
+    };
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                for round in 0.. {
+                    let name = tokio::select! {
+                        _ = int.recv() => "SIGINT",
+                        _ = term.recv() => "SIGTERM",
+                    };
+                    if round == 0 {
+                        tracing::info!("{name}: stopping (flush, commit, exit)");
+                        control.request_stop();
+                    } else {
+                        tracing::warn!("{name} again: exiting now without waiting for the flush");
+                        std::process::exit(130);
+                    }
+                }
+            })
+        })?;
+    Ok(())
+}

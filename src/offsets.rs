@@ -1,0 +1,499 @@
+//! The acknowledged-offset tracker: which source offsets may be committed.
+//!
+//! Every consumed record is registered with the number of target records produced from it
+//! (one without a handler; zero when filtered out; several on fan-out). Each produced record
+//! carries a small integer (its [`Ticket`] packed into a `usize`) through librdkafka as the
+//! delivery opaque, so a delivery report finds its source record without a lookup or an
+//! allocation. Per source partition the records in flight sit in a ring in consumption order;
+//! the commit point is the offset after the longest prefix of records that are fully
+//! acknowledged. Acknowledgements may arrive in any order (records of one source partition can
+//! go to several target partitions). A record whose delivery failed stays at the front for
+//! ever, so the commit point never passes it.
+
+use std::collections::{HashMap, VecDeque};
+
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("the offset tracker packs tickets into a 64-bit usize");
+
+const SLOT_BITS: u32 = 20;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+const MAX_SLOTS: usize = 1 << SLOT_BITS;
+
+/// Identifies one consumed record in the tracker; travels as the producer's delivery opaque.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    slot: u32,
+    seq: u64,
+}
+
+impl Ticket {
+    pub fn to_opaque(self) -> usize {
+        ((self.seq << SLOT_BITS) | u64::from(self.slot)) as usize
+    }
+
+    pub fn from_opaque(opaque: usize) -> Ticket {
+        let v = opaque as u64;
+        Ticket {
+            slot: (v & SLOT_MASK) as u32,
+            seq: v >> SLOT_BITS,
+        }
+    }
+}
+
+/// The source record a ticket stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRecord<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// What an acknowledgement or failure found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome<'a> {
+    /// The ticket belongs to a partition that was released since (after a rebalance whose
+    /// flush timed out): nothing to do, its offsets were not committed past it.
+    Stale,
+    Recorded(SourceRecord<'a>),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    offset: i64,
+    /// Size of the source record, counted in `in_flight_bytes` until it is acknowledged.
+    bytes: u32,
+    /// Target records produced from this source record and not yet acknowledged.
+    pending: u32,
+    failed: bool,
+}
+
+#[derive(Debug)]
+struct Slot {
+    topic: String,
+    partition: i32,
+    live: bool,
+    /// Sequence number of `ring[0]`; sequence numbers of a slot index never repeat, even
+    /// across occupants, so a late delivery for a released partition is recognised.
+    front_seq: u64,
+    /// Sequence number of the first record of the current occupant.
+    first_seq: u64,
+    ring: VecDeque<Entry>,
+    /// The next offset to consume according to what is acknowledged, if anything is.
+    committable: Option<i64>,
+    /// What was last handed out for committing.
+    committed: Option<i64>,
+}
+
+impl Slot {
+    fn next_seq(&self) -> u64 {
+        self.front_seq + self.ring.len() as u64
+    }
+
+    fn advance(&mut self) {
+        while let Some(front) = self.ring.front() {
+            if front.pending > 0 || front.failed {
+                break;
+            }
+            self.committable = Some(front.offset + 1);
+            self.ring.pop_front();
+            self.front_seq += 1;
+        }
+    }
+}
+
+/// Per-stream tracker. Not thread-safe by itself; a stream keeps it behind one mutex that is
+/// only ever taken by that stream's thread (consume loop, delivery callbacks, rebalance).
+#[derive(Debug, Default)]
+pub struct OffsetTracker {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    by_topic: HashMap<String, Vec<Option<u32>>>,
+    in_flight: usize,
+    in_flight_bytes: usize,
+}
+
+impl OffsetTracker {
+    pub fn new() -> OffsetTracker {
+        OffsetTracker::default()
+    }
+
+    /// Source records consumed and not yet fully acknowledged (failed ones included).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Bytes of the source records counted by [`in_flight`](Self::in_flight).
+    pub fn in_flight_bytes(&self) -> usize {
+        self.in_flight_bytes
+    }
+
+    fn slot_of(&self, topic: &str, partition: i32) -> Option<u32> {
+        let parts = self.by_topic.get(topic)?;
+        *parts.get(usize::try_from(partition).ok()?)?
+    }
+
+    fn slot_or_insert(&mut self, topic: &str, partition: i32) -> u32 {
+        if let Some(slot) = self.slot_of(topic, partition) {
+            return slot;
+        }
+        let index = match self.free.pop() {
+            Some(index) => {
+                let slot = &mut self.slots[index as usize];
+                slot.topic.clear();
+                slot.topic.push_str(topic);
+                slot.partition = partition;
+                slot.live = true;
+                slot.first_seq = slot.next_seq();
+                slot.front_seq = slot.first_seq;
+                slot.committable = None;
+                slot.committed = None;
+                index
+            }
+            None => {
+                assert!(
+                    self.slots.len() < MAX_SLOTS,
+                    "more than {MAX_SLOTS} partitions assigned to one stream"
+                );
+                self.slots.push(Slot {
+                    topic: topic.to_owned(),
+                    partition,
+                    live: true,
+                    front_seq: 0,
+                    first_seq: 0,
+                    ring: VecDeque::new(),
+                    committable: None,
+                    committed: None,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let p = usize::try_from(partition).expect("Kafka partitions are non-negative");
+        let parts = self.by_topic.entry(topic.to_owned()).or_default();
+        if parts.len() <= p {
+            parts.resize(p + 1, None);
+        }
+        parts[p] = Some(index);
+        index
+    }
+
+    /// Registers a consumed record of `bytes` bytes from which `outputs` target records will
+    /// be produced. With `outputs == 0` (filtered out) it counts as acknowledged at once.
+    pub fn begin(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        bytes: usize,
+        outputs: u32,
+    ) -> Ticket {
+        let index = self.slot_or_insert(topic, partition);
+        let slot = &mut self.slots[index as usize];
+        let seq = slot.next_seq();
+        if outputs == 0 && slot.ring.is_empty() {
+            slot.committable = Some(offset + 1);
+            slot.front_seq += 1;
+        } else {
+            let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+            slot.ring.push_back(Entry {
+                offset,
+                bytes,
+                pending: outputs,
+                failed: false,
+            });
+            if outputs > 0 {
+                self.in_flight += 1;
+                self.in_flight_bytes += bytes as usize;
+            }
+        }
+        Ticket { slot: index, seq }
+    }
+
+    /// Where the ticket's record sits in its slot's ring, if it is still tracked.
+    fn position(&self, ticket: Ticket) -> Option<usize> {
+        let slot = self.slots.get(ticket.slot as usize)?;
+        if !slot.live || ticket.seq < slot.first_seq || ticket.seq < slot.front_seq {
+            return None;
+        }
+        let pos = usize::try_from(ticket.seq - slot.front_seq).ok()?;
+        (pos < slot.ring.len()).then_some(pos)
+    }
+
+    /// One target record produced from the ticket's source record was acknowledged.
+    pub fn ack(&mut self, ticket: Ticket) -> Outcome<'_> {
+        let Some(pos) = self.position(ticket) else {
+            return Outcome::Stale;
+        };
+        let entry = &mut self.slots[ticket.slot as usize].ring[pos];
+        if entry.pending == 0 {
+            // More acknowledgements than records produced: librdkafka reports each once.
+            return Outcome::Stale;
+        }
+        entry.pending -= 1;
+        let (offset, bytes) = (entry.offset, entry.bytes as usize);
+        let done = entry.pending == 0 && !entry.failed;
+        if done {
+            self.in_flight -= 1;
+            self.in_flight_bytes -= bytes;
+        }
+        let slot = &mut self.slots[ticket.slot as usize];
+        if done && pos == 0 {
+            slot.advance();
+        }
+        Outcome::Recorded(SourceRecord {
+            topic: &slot.topic,
+            partition: slot.partition,
+            offset,
+        })
+    }
+
+    /// A target record produced from the ticket's source record failed for good: the commit
+    /// point of its partition never passes it.
+    pub fn fail(&mut self, ticket: Ticket) -> Outcome<'_> {
+        let Some(pos) = self.position(ticket) else {
+            return Outcome::Stale;
+        };
+        let slot = &mut self.slots[ticket.slot as usize];
+        let entry = &mut slot.ring[pos];
+        entry.pending = entry.pending.saturating_sub(1);
+        // It stays counted in `in_flight`: a failed record is never acknowledged.
+        entry.failed = true;
+        Outcome::Recorded(SourceRecord {
+            topic: &slot.topic,
+            partition: slot.partition,
+            offset: entry.offset,
+        })
+    }
+
+    /// Where the source record of `ticket` came from, if its partition is still tracked.
+    pub fn source_of(&self, ticket: Ticket) -> Option<SourceRecord<'_>> {
+        let pos = self.position(ticket)?;
+        let slot = &self.slots[ticket.slot as usize];
+        let entry = &slot.ring[pos];
+        Some(SourceRecord {
+            topic: &slot.topic,
+            partition: slot.partition,
+            offset: entry.offset,
+        })
+    }
+
+    /// Commit points that moved since they were last taken: `(topic, partition, next offset)`.
+    /// Taking them marks them as handed out.
+    pub fn take_commit_points(&mut self) -> Vec<(String, i32, i64)> {
+        self.take_where(|_, _| true)
+    }
+
+    /// Like [`take_commit_points`](Self::take_commit_points), for the given partitions only.
+    pub fn take_commit_points_of(
+        &mut self,
+        partitions: &[(String, i32)],
+    ) -> Vec<(String, i32, i64)> {
+        self.take_where(|t, p| partitions.iter().any(|(pt, pp)| pt == t && *pp == p))
+    }
+
+    fn take_where(&mut self, mut wanted: impl FnMut(&str, i32) -> bool) -> Vec<(String, i32, i64)> {
+        let mut out = Vec::new();
+        for slot in self.slots.iter_mut().filter(|s| s.live) {
+            if let Some(next) = slot.committable {
+                if slot.committed != Some(next) && wanted(&slot.topic, slot.partition) {
+                    slot.committed = Some(next);
+                    out.push((slot.topic.clone(), slot.partition, next));
+                }
+            }
+        }
+        out
+    }
+
+    /// Forgets what was handed out, so that the next take returns every commit point again
+    /// (after a commit that failed).
+    pub fn forget_committed(&mut self) {
+        for slot in &mut self.slots {
+            slot.committed = None;
+        }
+    }
+
+    /// Stops tracking a partition that was revoked. Deliveries still to come for it are
+    /// recognised as stale. Returns how many of its records were not acknowledged.
+    pub fn release(&mut self, topic: &str, partition: i32) -> usize {
+        let Some(index) = self.slot_of(topic, partition) else {
+            return 0;
+        };
+        let slot = &mut self.slots[index as usize];
+        // Exactly the entries counted in `in_flight`: not fully acknowledged, or failed.
+        let (unacked, unacked_bytes) = slot
+            .ring
+            .iter()
+            .filter(|e| e.pending > 0 || e.failed)
+            .fold((0, 0), |(n, b), e| (n + 1, b + e.bytes as usize));
+        // Keep sequence numbers of this slot index unique for its next occupant.
+        slot.front_seq = slot.next_seq();
+        slot.ring.clear();
+        slot.live = false;
+        self.in_flight -= unacked;
+        self.in_flight_bytes -= unacked_bytes;
+        if let Some(parts) = self.by_topic.get_mut(topic) {
+            parts[partition as usize] = None;
+        }
+        self.free.push(index);
+        unacked
+    }
+
+    /// The partitions currently tracked.
+    pub fn partitions(&self) -> Vec<(String, i32)> {
+        self.slots
+            .iter()
+            .filter(|s| s.live)
+            .map(|s| (s.topic.clone(), s.partition))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit_of(t: &mut OffsetTracker, topic: &str, partition: i32) -> Option<i64> {
+        t.forget_committed();
+        t.take_commit_points()
+            .into_iter()
+            .find(|(tt, p, _)| tt == topic && *p == partition)
+            .map(|(_, _, o)| o)
+    }
+
+    #[test]
+    fn commit_point_is_after_the_longest_acknowledged_prefix() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 0, 10, 10, 1);
+        let b = t.begin("t", 0, 11, 10, 1);
+        let c = t.begin("t", 0, 12, 10, 1);
+        assert_eq!(commit_of(&mut t, "t", 0), None);
+        // Acks arrive out of order (the records went to different target partitions).
+        t.ack(c);
+        assert_eq!(
+            commit_of(&mut t, "t", 0),
+            None,
+            "12 acked but 10 and 11 are not"
+        );
+        t.ack(a);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(11));
+        t.ack(b);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(13));
+        assert_eq!(t.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_failed_record_pins_the_commit_point_below_it_for_ever() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 3, 100, 10, 1);
+        let b = t.begin("t", 3, 101, 10, 1);
+        let c = t.begin("t", 3, 102, 10, 1);
+        t.ack(a);
+        let failed = t.fail(b);
+        assert_eq!(
+            failed,
+            Outcome::Recorded(SourceRecord {
+                topic: "t",
+                partition: 3,
+                offset: 101
+            })
+        );
+        t.ack(c);
+        assert_eq!(commit_of(&mut t, "t", 3), Some(101));
+        let d = t.begin("t", 3, 103, 10, 1);
+        t.ack(d);
+        assert_eq!(commit_of(&mut t, "t", 3), Some(101));
+    }
+
+    #[test]
+    fn fan_out_counts_as_acknowledged_only_when_every_output_is() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 0, 5, 10, 3);
+        t.ack(a);
+        t.ack(a);
+        assert_eq!(commit_of(&mut t, "t", 0), None);
+        t.ack(a);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(6));
+    }
+
+    #[test]
+    fn filtered_records_count_as_acknowledged_at_once() {
+        let mut t = OffsetTracker::new();
+        t.begin("t", 0, 0, 10, 0);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(1));
+        let b = t.begin("t", 0, 1, 10, 1);
+        t.begin("t", 0, 2, 10, 0);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(1), "1 is still in flight");
+        t.ack(b);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(3));
+    }
+
+    #[test]
+    fn partitions_are_tracked_independently() {
+        let mut t = OffsetTracker::new();
+        let a0 = t.begin("a", 0, 0, 10, 1);
+        let a1 = t.begin("a", 1, 50, 10, 1);
+        let b0 = t.begin("b", 0, 7, 10, 1);
+        t.ack(a1);
+        t.ack(b0);
+        assert_eq!(commit_of(&mut t, "a", 0), None);
+        assert_eq!(commit_of(&mut t, "a", 1), Some(51));
+        assert_eq!(commit_of(&mut t, "b", 0), Some(8));
+        t.ack(a0);
+        assert_eq!(commit_of(&mut t, "a", 0), Some(1));
+    }
+
+    #[test]
+    fn commit_points_are_handed_out_once_until_they_move() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 0, 0, 10, 1);
+        t.ack(a);
+        assert_eq!(t.take_commit_points(), vec![("t".to_owned(), 0, 1)]);
+        assert!(t.take_commit_points().is_empty());
+        let b = t.begin("t", 0, 1, 10, 1);
+        t.ack(b);
+        assert_eq!(t.take_commit_points(), vec![("t".to_owned(), 0, 2)]);
+    }
+
+    #[test]
+    fn deliveries_after_revocation_are_stale_even_when_the_slot_is_reused() {
+        let mut t = OffsetTracker::new();
+        let old = t.begin("t", 0, 10, 10, 1);
+        assert_eq!(t.in_flight(), 1);
+        assert_eq!(t.release("t", 0), 1);
+        assert_eq!(t.in_flight(), 0);
+        // Another partition takes the freed slot index.
+        let new = t.begin("u", 2, 500, 10, 1);
+        assert_eq!(new.slot, old.slot);
+        assert_eq!(t.ack(old), Outcome::Stale);
+        assert_eq!(
+            commit_of(&mut t, "u", 2),
+            None,
+            "the stale ack must not move u-2"
+        );
+        t.ack(new);
+        assert_eq!(commit_of(&mut t, "u", 2), Some(501));
+        assert!(t.partitions().iter().all(|(topic, _)| topic != "t"));
+    }
+
+    #[test]
+    fn revoked_partition_commit_points_can_be_taken_alone() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 0, 0, 10, 1);
+        let b = t.begin("t", 1, 0, 10, 1);
+        t.ack(a);
+        t.ack(b);
+        assert_eq!(
+            t.take_commit_points_of(&[("t".to_owned(), 1)]),
+            vec![("t".to_owned(), 1, 1)]
+        );
+        assert_eq!(t.take_commit_points(), vec![("t".to_owned(), 0, 1)]);
+    }
+
+    #[test]
+    fn tickets_survive_the_round_trip_through_the_opaque() {
+        let t = Ticket {
+            slot: 12345,
+            seq: (1 << 40) + 7,
+        };
+        assert_eq!(Ticket::from_opaque(t.to_opaque()), t);
+    }
+}

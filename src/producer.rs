@@ -1,0 +1,124 @@
+//! The target side: a producer whose delivery reports feed the offset tracker.
+//!
+//! Each produced record carries its [`Ticket`] as the delivery opaque (a `usize`, no
+//! allocation). An acknowledgement advances the tracker; a failure is either fatal
+//! (`--abort.on.send.failure true`: the commit point stays below the record and the mirror
+//! stops) or counted as dropped.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::producer::{BaseProducer, ProducerContext};
+
+use crate::control::{Control, Stats};
+use crate::offsets::{OffsetTracker, Ticket};
+
+pub type MirrorProducer = BaseProducer<DeliveryContext>;
+
+/// State one stream shares between its loop, its producer's delivery callbacks and its
+/// consumer's rebalance callbacks. All of them run on the stream's own thread, so the
+/// tracker's mutex is never contended.
+#[derive(Debug)]
+pub struct StreamShared {
+    pub stream: usize,
+    pub tracker: Mutex<OffsetTracker>,
+    pub control: Arc<Control>,
+    pub stats: Arc<Stats>,
+    pub abort_on_send_failure: bool,
+}
+
+impl StreamShared {
+    pub fn tracker(&self) -> MutexGuard<'_, OffsetTracker> {
+        self.tracker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A record produced from `ticket` will never reach the target.
+    pub fn send_failed(
+        &self,
+        ticket: Ticket,
+        target_topic: &str,
+        target_partition: Option<i32>,
+        error: &KafkaError,
+    ) {
+        let reason = describe_send_error(error, target_topic, target_partition);
+        let mut tracker = self.tracker();
+        let source = match tracker.source_of(ticket) {
+            Some(s) => format!("{}/{} offset {}", s.topic, s.partition, s.offset),
+            None => "a record of a partition released since".to_owned(),
+        };
+        if self.abort_on_send_failure {
+            tracker.fail(ticket);
+            drop(tracker);
+            self.control.fail(format!(
+                "cannot mirror {source} to target topic {target_topic}: {reason}. Stopping \
+                 (--abort.on.send.failure true); the committed offset stays before this record"
+            ));
+        } else {
+            tracker.ack(ticket);
+            drop(tracker);
+            Stats::add(&self.stats.dropped, 1);
+            tracing::warn!(
+                stream = self.stream,
+                "dropped {source} (target topic {target_topic}): {reason} (--abort.on.send.failure false)"
+            );
+        }
+    }
+}
+
+fn describe_send_error(error: &KafkaError, topic: &str, partition: Option<i32>) -> String {
+    match error.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::UnknownPartition) => format!(
+            "the target topic {topic} has no partition {}: --partitioning preserve needs at \
+             least as many partitions on the target as on the source; add partitions to the \
+             target topic or use --partitioning hash",
+            partition.map_or_else(|| "?".to_owned(), |p| p.to_string())
+        ),
+        Some(code) => format!("{code} ({error})"),
+        None => error.to_string(),
+    }
+}
+
+/// The producer's context: routes delivery reports to the stream's tracker.
+pub struct DeliveryContext {
+    pub shared: Arc<StreamShared>,
+}
+
+impl ClientContext for DeliveryContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        crate::logging::librdkafka_log("target", level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+            self.shared
+                .control
+                .fail(format!("the target producer hit a fatal error: {reason}"));
+        } else {
+            tracing::warn!(
+                stream = self.shared.stream,
+                "target cluster: {reason} (retrying)"
+            );
+        }
+    }
+}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        let ticket = Ticket::from_opaque(opaque);
+        match result {
+            Ok(_) => {
+                Stats::add(&self.shared.stats.acknowledged, 1);
+                self.shared.tracker().ack(ticket);
+            }
+            Err((error, message)) => {
+                self.shared
+                    .send_failed(ticket, message.topic(), Some(message.partition()), error);
+            }
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! Validated settings: the command line and both config files, with the no-data-loss rules
+//! applied. Everything a user can get wrong is found here, before any broker is contacted.
+
+use std::time::Duration;
+
+use regex::Regex;
+
+use crate::cli::{MirrorArgs, Partitioning};
+use crate::config::{ClientProps, ConfigError, Role};
+
+/// A usage or configuration error: the process exits 2.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("--whitelist {pattern:?} is not a valid regex: {message}")]
+    Regex { pattern: String, message: String },
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Which topics to mirror: the whole topic name must match (Java's `String.matches`).
+#[derive(Debug, Clone)]
+pub struct TopicFilter {
+    pattern: String,
+    regex: Regex,
+}
+
+impl TopicFilter {
+    pub fn new(pattern: &str) -> Result<TopicFilter, SettingsError> {
+        let regex = Regex::new(&format!("^(?:{pattern})$")).map_err(|e| SettingsError::Regex {
+            pattern: pattern.to_owned(),
+            message: one_line_regex_error(&e),
+        })?;
+        Ok(TopicFilter {
+            pattern: pattern.to_owned(),
+            regex,
+        })
+    }
+
+    /// Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) are never
+    /// mirrored, as with MirrorMaker's `exclude.internal.topics`.
+    pub fn matches(&self, topic: &str) -> bool {
+        !topic.starts_with("__") && self.regex.is_match(topic)
+    }
+
+    pub fn pattern(&self) -> &str {
+        &self.pattern
+    }
+}
+
+fn one_line_regex_error(e: &regex::Error) -> String {
+    let text = e.to_string();
+    text.lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with("error:"))
+        .map(|l| {
+            l.trim_start()
+                .trim_start_matches("error:")
+                .trim()
+                .to_owned()
+        })
+        .unwrap_or_else(|| text.lines().last().unwrap_or_default().trim().to_owned())
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub consumer: ClientProps,
+    pub producer: ClientProps,
+    pub topics: TopicFilter,
+    pub num_streams: usize,
+    pub commit_interval: Duration,
+    pub abort_on_send_failure: bool,
+    pub no_data_loss: bool,
+    pub partitioning: Partitioning,
+    pub shutdown_timeout: Duration,
+    pub topic_refresh_interval: Duration,
+    pub startup_timeout: Duration,
+    /// Per stream: consumption pauses while this many source records are unacknowledged...
+    pub max_in_flight_records: usize,
+    /// ...or this many bytes of them.
+    pub max_in_flight_bytes: usize,
+}
+
+/// The producer queue we configure unless the user chose: small enough that memory stays
+/// bounded per stream, large enough to keep batches full.
+const DEFAULT_QUEUE_MESSAGES: usize = 100_000;
+const DEFAULT_QUEUE_KBYTES: usize = 64 * 1024;
+
+impl Settings {
+    pub fn from_args(args: &MirrorArgs) -> Result<Settings, SettingsError> {
+        let missing = |flag: &str| SettingsError::Usage(format!("{flag} is required"));
+        let topics = TopicFilter::new(
+            args.whitelist
+                .as_deref()
+                .ok_or_else(|| missing("--whitelist"))?,
+        )?;
+        let consumer = ClientProps::load(
+            Role::Consumer,
+            args.consumer_config
+                .as_deref()
+                .ok_or_else(|| missing("--consumer.config"))?,
+        )?;
+        let producer = ClientProps::load(
+            Role::Producer,
+            args.producer_config
+                .as_deref()
+                .ok_or_else(|| missing("--producer.config"))?,
+        )?;
+        Settings::new(
+            consumer,
+            producer,
+            topics,
+            SettingsOptions {
+                num_streams: args.num_streams as usize,
+                commit_interval: Duration::from_millis(args.offset_commit_interval_ms),
+                abort_on_send_failure: args.abort_on_send_failure,
+                no_data_loss: args.no_data_loss,
+                partitioning: args.partitioning,
+                shutdown_timeout: Duration::from_millis(args.shutdown_timeout_ms),
+                topic_refresh_interval: Duration::from_millis(args.topic_refresh_interval_ms),
+                startup_timeout: Duration::from_millis(args.startup_timeout_ms),
+            },
+        )
+    }
+
+    pub fn new(
+        mut consumer: ClientProps,
+        mut producer: ClientProps,
+        topics: TopicFilter,
+        opts: SettingsOptions,
+    ) -> Result<Settings, SettingsError> {
+        if opts.num_streams == 0 {
+            return Err(SettingsError::Usage(
+                "--num.streams must be at least 1".to_owned(),
+            ));
+        }
+        consumer.apply_consumer_rules(opts.no_data_loss)?;
+        if opts.partitioning == Partitioning::Hash {
+            // librdkafka's default partitioner differs from Java's; this one matches it.
+            producer.set_default("partitioner", "murmur2_random");
+        }
+        producer.set_default(
+            "queue.buffering.max.messages",
+            &DEFAULT_QUEUE_MESSAGES.to_string(),
+        );
+        producer.set_default(
+            "queue.buffering.max.kbytes",
+            &DEFAULT_QUEUE_KBYTES.to_string(),
+        );
+        producer.apply_producer_rules(opts.no_data_loss)?;
+
+        // Keep below the producer's queue limits so that sends practically never find the
+        // queue full: consumption pauses first, and the consumer keeps polling meanwhile.
+        let queue_messages = parse_or(
+            &producer,
+            "queue.buffering.max.messages",
+            DEFAULT_QUEUE_MESSAGES,
+        )?;
+        let queue_kbytes = parse_or(
+            &producer,
+            "queue.buffering.max.kbytes",
+            DEFAULT_QUEUE_KBYTES,
+        )?;
+        Ok(Settings {
+            consumer,
+            producer,
+            topics,
+            num_streams: opts.num_streams,
+            commit_interval: opts.commit_interval,
+            abort_on_send_failure: opts.abort_on_send_failure,
+            no_data_loss: opts.no_data_loss,
+            partitioning: opts.partitioning,
+            shutdown_timeout: opts.shutdown_timeout,
+            topic_refresh_interval: opts.topic_refresh_interval,
+            startup_timeout: opts.startup_timeout,
+            max_in_flight_records: (queue_messages / 2).max(1),
+            max_in_flight_bytes: (queue_kbytes * 1024 / 2).max(1),
+        })
+    }
+}
+
+/// The options of [`Settings::new`] other than the client properties and the topic filter.
+#[derive(Debug, Clone)]
+pub struct SettingsOptions {
+    pub num_streams: usize,
+    pub commit_interval: Duration,
+    pub abort_on_send_failure: bool,
+    pub no_data_loss: bool,
+    pub partitioning: Partitioning,
+    pub shutdown_timeout: Duration,
+    pub topic_refresh_interval: Duration,
+    pub startup_timeout: Duration,
+}
+
+impl Default for SettingsOptions {
+    fn default() -> Self {
+        SettingsOptions {
+            num_streams: 1,
+            commit_interval: Duration::from_secs(60),
+            abort_on_send_failure: true,
+            no_data_loss: true,
+            partitioning: Partitioning::Preserve,
+            shutdown_timeout: Duration::from_secs(30),
+            topic_refresh_interval: Duration::from_secs(30),
+            startup_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+fn parse_or(props: &ClientProps, key: &str, default: usize) -> Result<usize, SettingsError> {
+    match props.get(key) {
+        None => Ok(default),
+        Some(v) => v.trim().parse().map_err(|_| {
+            SettingsError::Usage(format!(
+                "producer config {}: `{key} = {v}` is not a whole number",
+                props.path.display()
+            ))
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whitelist_matches_the_whole_topic_name() {
+        let f = TopicFilter::new("orders|payments.*").unwrap();
+        assert!(f.matches("orders"));
+        assert!(f.matches("payments.eu"));
+        assert!(!f.matches("orders2"));
+        assert!(!f.matches("old.orders"));
+        assert!(!TopicFilter::new(".*")
+            .unwrap()
+            .matches("__consumer_offsets"));
+    }
+
+    #[test]
+    fn a_bad_regex_is_one_line() {
+        let err = TopicFilter::new("orders(").unwrap_err().to_string();
+        assert!(!err.contains('\n'), "{err}");
+        assert!(err.contains("orders("), "{err}");
+    }
+}

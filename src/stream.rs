@@ -1,0 +1,417 @@
+//! One mirror stream: a consumer in the group and a producer, on one thread.
+//!
+//! The loop: poll the producer (delivery reports advance the tracker), poll the consumer,
+//! produce each record as it is (borrowed from the consumer, no copy of our own), commit on the
+//! timer. When too much is unacknowledged the assigned partitions are paused, and the consumer
+//! keeps being polled so the stream stays in the group.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Message, Timestamp};
+use rdkafka::producer::{BaseRecord, Producer};
+
+use crate::cli::Partitioning;
+use crate::control::{Control, ShutdownGate, Stats};
+use crate::offsets::OffsetTracker;
+use crate::producer::{DeliveryContext, MirrorProducer, StreamShared};
+use crate::rebalance::{commit, MirrorConsumer, RebalanceContext};
+use crate::settings::Settings;
+
+/// How long one consumer poll may block when nothing arrives.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How long a metadata request for the topic list may take.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error("stream {stream}: cannot create the {client}: {source}")]
+    Create {
+        stream: usize,
+        client: &'static str,
+        source: KafkaError,
+    },
+    #[error("stream {stream}: cannot subscribe to {topics:?}: {source}")]
+    Subscribe {
+        stream: usize,
+        topics: Vec<String>,
+        source: KafkaError,
+    },
+    #[error("stream {stream}: final commit failed: {source}; the records after the last committed offsets will be mirrored again on restart (duplicates, no loss)")]
+    FinalCommit { stream: usize, source: KafkaError },
+}
+
+/// How a stream ended.
+#[derive(Debug, Default)]
+pub struct StreamReport {
+    /// Records still unacknowledged when the shutdown flush gave up.
+    pub unacknowledged: usize,
+}
+
+pub struct Stream<'s> {
+    id: usize,
+    settings: &'s Settings,
+    shared: Arc<StreamShared>,
+    producer: Arc<MirrorProducer>,
+    consumer: MirrorConsumer,
+    subscribed: Vec<String>,
+    paused: bool,
+    gate: Arc<ShutdownGate>,
+}
+
+impl<'s> Stream<'s> {
+    pub fn new(
+        id: usize,
+        settings: &'s Settings,
+        control: Arc<Control>,
+        stats: Arc<Stats>,
+        gate: Arc<ShutdownGate>,
+    ) -> Result<Stream<'s>, StreamError> {
+        let shared = Arc::new(StreamShared {
+            stream: id,
+            tracker: std::sync::Mutex::new(OffsetTracker::new()),
+            control,
+            stats,
+            abort_on_send_failure: settings.abort_on_send_failure,
+        });
+        let producer: MirrorProducer = settings
+            .producer
+            .client_config()
+            .create_with_context(DeliveryContext {
+                shared: shared.clone(),
+            })
+            .map_err(|source| StreamError::Create {
+                stream: id,
+                client: "target producer",
+                source,
+            })?;
+        let producer = Arc::new(producer);
+        let consumer: MirrorConsumer = settings
+            .consumer
+            .client_config()
+            .create_with_context(RebalanceContext {
+                shared: shared.clone(),
+                producer: producer.clone(),
+                revoke_flush_timeout: settings.shutdown_timeout,
+                closing: false.into(),
+                assignment_changed: false.into(),
+            })
+            .map_err(|source| StreamError::Create {
+                stream: id,
+                client: "source consumer",
+                source,
+            })?;
+        Ok(Stream {
+            id,
+            settings,
+            shared,
+            producer,
+            consumer,
+            subscribed: Vec::new(),
+            paused: false,
+            gate,
+        })
+    }
+
+    /// Runs until a stop is requested or a fatal error occurs, then flushes and commits.
+    pub fn run(mut self, initial_topics: Vec<String>) -> Result<StreamReport, StreamError> {
+        if let Err(e) = self.subscribe(initial_topics) {
+            self.gate.arrive();
+            return Err(e);
+        }
+        let mut next_commit = Instant::now() + self.settings.commit_interval;
+        let mut next_refresh = Instant::now() + self.settings.topic_refresh_interval;
+        while !self.shared.control.stop_requested() {
+            self.producer.poll(Duration::ZERO);
+            self.apply_backpressure();
+            match self.consumer.poll(POLL_INTERVAL) {
+                None => {}
+                Some(Ok(message)) => self.mirror(&message),
+                Some(Err(e)) => self.consumer_error(e),
+            }
+            let now = Instant::now();
+            if now >= next_commit {
+                if let Err(e) = commit(&self.consumer, &self.shared, None, CommitMode::Async) {
+                    tracing::warn!(
+                        stream = self.id,
+                        "offset commit failed: {e}; retrying at the next commit"
+                    );
+                }
+                next_commit = now + self.settings.commit_interval;
+            }
+            if now >= next_refresh {
+                self.refresh_topics();
+                next_refresh = Instant::now() + self.settings.topic_refresh_interval;
+            }
+        }
+        self.shutdown()
+    }
+
+    fn subscribe(&mut self, topics: Vec<String>) -> Result<(), StreamError> {
+        if topics == self.subscribed {
+            return Ok(());
+        }
+        if topics.is_empty() {
+            tracing::warn!(
+                stream = self.id,
+                "no topic on the source matches --whitelist {:?}; checking again every {:?}",
+                self.settings.topics.pattern(),
+                self.settings.topic_refresh_interval
+            );
+            self.consumer.unsubscribe();
+        } else {
+            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            self.consumer
+                .subscribe(&names)
+                .map_err(|source| StreamError::Subscribe {
+                    stream: self.id,
+                    topics: topics.clone(),
+                    source,
+                })?;
+            tracing::info!(
+                stream = self.id,
+                "subscribed to {} topics: {}",
+                topics.len(),
+                topics.join(" ")
+            );
+        }
+        self.subscribed = topics;
+        Ok(())
+    }
+
+    fn refresh_topics(&mut self) {
+        match matching_topics(&self.consumer, self.settings, METADATA_TIMEOUT) {
+            Ok(topics) => {
+                if let Err(e) = self.subscribe(topics) {
+                    tracing::warn!("{e}");
+                }
+            }
+            Err(e) => tracing::warn!(
+                stream = self.id,
+                "cannot list the source's topics: {e}; keeping the current subscription"
+            ),
+        }
+    }
+
+    /// Pauses the assigned partitions while too much is unacknowledged; resumes at half.
+    fn apply_backpressure(&mut self) {
+        let (records, bytes) = {
+            let t = self.shared.tracker();
+            (t.in_flight(), t.in_flight_bytes())
+        };
+        let limit_records = self.settings.max_in_flight_records;
+        let limit_bytes = self.settings.max_in_flight_bytes;
+        let full = records >= limit_records || bytes >= limit_bytes;
+        let drained = records <= limit_records / 2 && bytes <= limit_bytes / 2;
+        let changed = self
+            .shared_context()
+            .assignment_changed
+            .swap(false, Ordering::SeqCst);
+        let want_paused = if self.paused { !drained } else { full };
+        if want_paused == self.paused && !(changed && self.paused) {
+            return;
+        }
+        let assignment = match self.consumer.assignment() {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(stream = self.id, "cannot read the assignment: {e}");
+                return;
+            }
+        };
+        let result = if want_paused {
+            self.consumer.pause(&assignment)
+        } else {
+            self.consumer.resume(&assignment)
+        };
+        match result {
+            Ok(()) => {
+                if want_paused != self.paused {
+                    tracing::debug!(
+                        stream = self.id,
+                        records,
+                        bytes,
+                        "{} consumption",
+                        if want_paused { "pausing" } else { "resuming" }
+                    );
+                }
+                self.paused = want_paused;
+            }
+            Err(e) => tracing::warn!(stream = self.id, "cannot pause/resume: {e}"),
+        }
+        if self.paused {
+            // Wait for acknowledgements rather than spin; the consumer is polled right after.
+            self.producer.poll(Duration::from_millis(10));
+        }
+    }
+
+    fn shared_context(&self) -> &RebalanceContext {
+        self.consumer.context()
+    }
+
+    /// Produces one consumed record as it is: key, value, headers, timestamp, and (with
+    /// `--partitioning preserve`) the partition number.
+    fn mirror(&self, message: &BorrowedMessage<'_>) {
+        let stats = &self.shared.stats;
+        let bytes = message.payload_len() + message.key().map_or(0, <[u8]>::len);
+        Stats::add(&stats.consumed, 1);
+        Stats::add(&stats.consumed_bytes, bytes as u64);
+        let ticket = self.shared.tracker().begin(
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            bytes,
+            1,
+        );
+        let mut record: BaseRecord<'_, [u8], [u8], usize> =
+            BaseRecord::with_opaque_to(message.topic(), ticket.to_opaque());
+        if self.settings.partitioning == Partitioning::Preserve {
+            record = record.partition(message.partition());
+        }
+        record.key = message.key();
+        record.payload = message.payload();
+        if let Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) = message.timestamp() {
+            record = record.timestamp(t);
+        }
+        if let Some(headers) = message.headers() {
+            record = record.headers(headers.detach());
+        }
+        self.send(record);
+    }
+
+    /// Hands a record to the producer. A full queue (rare: consumption pauses before it fills)
+    /// is waited out while serving delivery reports; any other refusal is a send failure.
+    fn send(&self, mut record: BaseRecord<'_, [u8], [u8], usize>) {
+        let mut waited = false;
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => {
+                    Stats::add(&self.shared.stats.produced, 1);
+                    return;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    if !waited {
+                        tracing::debug!(stream = self.id, "producer queue full; waiting");
+                        waited = true;
+                    }
+                    record = back;
+                    self.producer.poll(Duration::from_millis(10));
+                    if self.shared.control.stop_requested() {
+                        // Left unacknowledged: the commit point stays before it.
+                        return;
+                    }
+                }
+                Err((error, back)) => {
+                    let ticket = crate::offsets::Ticket::from_opaque(back.delivery_opaque);
+                    self.shared
+                        .send_failed(ticket, back.topic, back.partition, &error);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn consumer_error(&self, error: KafkaError) {
+        match error.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::Fatal) => self.shared.control.fail(format!(
+                "stream {}: the source consumer failed: {error}",
+                self.id
+            )),
+            Some(RDKafkaErrorCode::AutoOffsetReset) => tracing::error!(
+                stream = self.id,
+                "{error}: the committed offset is no longer on the source (deleted by retention \
+                 before it was mirrored); continuing from auto.offset.reset"
+            ),
+            _ => tracing::warn!(stream = self.id, "source consumer: {error}"),
+        }
+    }
+
+    /// Stop consuming, wait (bounded) for the records in flight, commit what was
+    /// acknowledged, leave the group.
+    fn shutdown(self) -> Result<StreamReport, StreamError> {
+        let started = Instant::now();
+        let timeout = self.settings.shutdown_timeout;
+        if let Err(e) = self.producer.flush(timeout) {
+            tracing::warn!(
+                stream = self.id,
+                "shutdown flush did not finish within {timeout:?} ({e}); committing only what \
+                 the target acknowledged"
+            );
+        }
+        let unacknowledged = self.shared.tracker().in_flight();
+        let committed = self.final_commit();
+        self.gate.arrive();
+        self.gate.wait(timeout);
+        self.shared_context().closing.store(true, Ordering::SeqCst);
+        let id = self.id;
+        drop(self.consumer);
+        let n = committed.map_err(|source| StreamError::FinalCommit { stream: id, source })?;
+        tracing::info!(
+            stream = id,
+            "stopped: committed {n} partitions, {unacknowledged} records unacknowledged, in {:?}",
+            started.elapsed()
+        );
+        Ok(StreamReport { unacknowledged })
+    }
+}
+
+impl Stream<'_> {
+    /// The shutdown commit, retried while the group is rebalancing (another instance joining
+    /// or leaving): the broker refuses commits until the rebalance completes.
+    fn final_commit(&self) -> KafkaResult<usize> {
+        let deadline = Instant::now() + FINAL_COMMIT_RETRY;
+        loop {
+            match commit(&self.consumer, &self.shared, None, CommitMode::Sync) {
+                Err(e) if is_retriable_commit_error(&e) && Instant::now() < deadline => {
+                    tracing::info!(stream = self.id, "final commit: {e}; retrying");
+                    // Serve the rebalance (its revocation commits and releases partitions).
+                    if let Some(Ok(m)) = self.consumer.poll(Duration::from_millis(200)) {
+                        tracing::debug!(
+                            stream = self.id,
+                            "not mirrored at shutdown: {}/{} offset {}",
+                            m.topic(),
+                            m.partition(),
+                            m.offset()
+                        );
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// How long the final commit is retried while the group rebalances.
+const FINAL_COMMIT_RETRY: Duration = Duration::from_secs(10);
+
+fn is_retriable_commit_error(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::RebalanceInProgress
+                | RDKafkaErrorCode::CoordinatorLoadInProgress
+                | RDKafkaErrorCode::CoordinatorNotAvailable
+                | RDKafkaErrorCode::NotCoordinator
+                | RDKafkaErrorCode::RequestTimedOut
+        )
+    )
+}
+
+/// The source's topics that match the whitelist, sorted.
+pub fn matching_topics<C: Consumer<X>, X: rdkafka::consumer::ConsumerContext>(
+    consumer: &C,
+    settings: &Settings,
+    timeout: Duration,
+) -> KafkaResult<Vec<String>> {
+    let metadata = consumer.fetch_metadata(None, timeout)?;
+    let mut topics: Vec<String> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none() && settings.topics.matches(t.name()))
+        .map(|t| t.name().to_owned())
+        .collect();
+    topics.sort();
+    Ok(topics)
+}

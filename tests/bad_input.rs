@@ -1,0 +1,275 @@
+//! Every bad input gets one clear line naming what is wrong, and exit 2, within a second,
+//! before any broker is contacted (the configs point at a closed port).
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use common::{binary, tempdir, write_config};
+
+const NOWHERE: &str = "127.0.0.1:1";
+
+fn run(args: &[&str]) -> (Output, Duration) {
+    let started = Instant::now();
+    let out = binary().args(args).output().expect("running mirror-maker");
+    (out, started.elapsed())
+}
+
+/// Asserts exit 2, a single line on stderr containing every one of `needles`, in under 1 s.
+fn assert_refused(args: &[&str], needles: &[&str]) {
+    let (out, took) = run(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "args {args:?}: stderr {stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "not one line: {stderr}"
+    );
+    for n in needles {
+        assert!(stderr.contains(n), "{n:?} not in {stderr:?}");
+    }
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+}
+
+fn good_configs(dir: &Path) -> (String, String) {
+    let c = write_config(dir, "c.toml", NOWHERE, &[("group.id", "g")]);
+    let p = write_config(dir, "p.toml", NOWHERE, &[]);
+    (c.display().to_string(), p.display().to_string())
+}
+
+#[test]
+fn a_missing_config_file_is_named() {
+    let dir = tempdir();
+    let (_, p) = good_configs(dir.path());
+    assert_refused(
+        &[
+            "--consumer.config",
+            "/nonexistent/c.toml",
+            "--producer.config",
+            &p,
+            "--whitelist",
+            "t",
+        ],
+        &["/nonexistent/c.toml", "consumer config"],
+    );
+}
+
+#[test]
+fn an_unreadable_config_file_is_named() {
+    let dir = tempdir();
+    let (c, _) = good_configs(dir.path());
+    // A directory cannot be read as a file, whoever runs the test (root included).
+    let p = dir.path().display().to_string();
+    assert_refused(
+        &[
+            "--consumer.config",
+            &c,
+            "--producer.config",
+            &p,
+            "--whitelist",
+            "t",
+        ],
+        &["cannot read producer config", &p],
+    );
+}
+
+#[test]
+fn malformed_toml_points_at_the_line() {
+    let dir = tempdir();
+    let (_, p) = good_configs(dir.path());
+    let c = dir.path().join("bad.toml");
+    std::fs::write(&c, "bootstrap.servers = \"x:1\"\ngroup.id = = \"g\"\n").unwrap();
+    assert_refused(
+        &[
+            "--consumer.config",
+            c.to_str().unwrap(),
+            "--producer.config",
+            &p,
+            "--whitelist",
+            "t",
+        ],
+        &["bad.toml", "line 2"],
+    );
+}
+
+#[test]
+fn an_unknown_flag_is_named() {
+    assert_refused(&["--no-such-flag", "1"], &["--no-such-flag"]);
+}
+
+#[test]
+fn an_invalid_regex_is_named() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    assert_refused(
+        &[
+            "--consumer.config",
+            &c,
+            "--producer.config",
+            &p,
+            "--whitelist",
+            "orders(",
+        ],
+        &["--whitelist", "orders("],
+    );
+}
+
+#[test]
+fn a_missing_group_id_is_named() {
+    let dir = tempdir();
+    let (_, p) = good_configs(dir.path());
+    let c = write_config(dir.path(), "nogroup.toml", NOWHERE, &[]);
+    assert_refused(
+        &[
+            "--consumer.config",
+            c.to_str().unwrap(),
+            "--producer.config",
+            &p,
+            "--whitelist",
+            "t",
+        ],
+        &["group.id", "nogroup.toml"],
+    );
+}
+
+#[test]
+fn zero_streams_is_refused() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    assert_refused(
+        &[
+            "--consumer.config",
+            &c,
+            "--producer.config",
+            &p,
+            "--whitelist",
+            "t",
+            "--num.streams",
+            "0",
+        ],
+        &["--num.streams"],
+    );
+}
+
+#[test]
+fn an_unknown_librdkafka_property_is_named_with_its_file() {
+    let dir = tempdir();
+    let (c, _) = good_configs(dir.path());
+    let p = write_config(dir.path(), "typo.toml", NOWHERE, &[("lingr.ms", "5")]);
+    assert_refused(
+        &[
+            "--consumer.config",
+            &c,
+            "--producer.config",
+            p.to_str().unwrap(),
+            "--whitelist",
+            "t",
+        ],
+        &["typo.toml", "lingr.ms"],
+    );
+}
+
+#[test]
+fn weakening_settings_are_refused_with_the_way_out() {
+    let dir = tempdir();
+    let (c, _) = good_configs(dir.path());
+    let p = write_config(dir.path(), "acks.toml", NOWHERE, &[("acks", "1")]);
+    assert_refused(
+        &[
+            "--consumer.config",
+            &c,
+            "--producer.config",
+            p.to_str().unwrap(),
+            "--whitelist",
+            "t",
+        ],
+        &["acks", "acks.toml", "--no.data.loss false"],
+    );
+    let (_, p) = good_configs(dir.path());
+    let c = write_config(
+        dir.path(),
+        "auto.toml",
+        NOWHERE,
+        &[("group.id", "g"), ("enable.auto.commit", "true")],
+    );
+    assert_refused(
+        &[
+            "--consumer.config",
+            c.to_str().unwrap(),
+            "--producer.config",
+            &p,
+            "--whitelist",
+            "t",
+        ],
+        &["enable.auto.commit", "--no.data.loss false"],
+    );
+}
+
+#[test]
+fn java_properties_files_are_accepted() {
+    let dir = tempdir();
+    let c = dir.path().join("consumer.properties");
+    std::fs::write(&c, format!("bootstrap.servers={NOWHERE}\ngroup.id=g\n")).unwrap();
+    let p = dir.path().join("producer.properties");
+    std::fs::write(&p, format!("bootstrap.servers={NOWHERE}\nacks=0\n")).unwrap();
+    // acks=0 from a .properties file is read, and refused by name.
+    assert_refused(
+        &[
+            "--consumer.config",
+            c.to_str().unwrap(),
+            "--producer.config",
+            p.to_str().unwrap(),
+            "--whitelist",
+            "t",
+        ],
+        &["producer.properties", "acks = 0"],
+    );
+}
+
+#[test]
+fn an_unreachable_source_is_an_error_after_a_bounded_wait() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let started = Instant::now();
+    let out = binary()
+        .args([
+            "--consumer.config",
+            &c,
+            "--producer.config",
+            &p,
+            "--whitelist",
+            "t",
+        ])
+        .args(["--startup.timeout.ms", "2000"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the source cluster") && stderr.contains(NOWHERE),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn help_documents_every_flag_with_its_default() {
+    let (out, _) = run(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--consumer.config",
+        "--producer.config",
+        "--whitelist",
+        "--num.streams",
+        "--offset.commit.interval.ms",
+        "--abort.on.send.failure",
+        "--no.data.loss",
+        "--partitioning",
+        "[default: 60000]",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from --help");
+    }
+}

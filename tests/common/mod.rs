@@ -1,0 +1,314 @@
+//! Shared harness: clusters (librdkafka mock in this process, or tansu brokers), config files,
+//! the mirror binary as a child process, and what tests read back (committed offsets, records).
+#![allow(dead_code, unused_imports)]
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+pub use mirror_maker::demo::{compare_topic, sample, write_samples};
+pub use mirror_maker::verify::Comparison;
+
+pub const GROUP: &str = "mirror-test";
+
+/// Client settings that make group changes quick on test clusters (see shared/TESTING.md).
+pub const FAST_GROUP: &[(&str, &str)] = &[
+    ("session.timeout.ms", "6000"),
+    ("max.poll.interval.ms", "10000"),
+    ("heartbeat.interval.ms", "500"),
+    ("fetch.wait.max.ms", "10"),
+];
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("a temporary directory")
+}
+
+/// Writes a TOML config with `bootstrap.servers` and the given extra keys.
+pub fn write_config(dir: &Path, name: &str, bootstrap: &str, extra: &[(&str, &str)]) -> PathBuf {
+    let mut text = format!("bootstrap.servers = \"{bootstrap}\"\n");
+    for (k, v) in extra {
+        text.push_str(&format!("{k} = \"{v}\"\n"));
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("writing a config file");
+    path
+}
+
+/// Consumer and producer configs for a mirror from `source` to `target` in group [`GROUP`].
+pub fn mirror_configs(
+    dir: &Path,
+    source: &str,
+    target: &str,
+    consumer_extra: &[(&str, &str)],
+    producer_extra: &[(&str, &str)],
+) -> (PathBuf, PathBuf) {
+    let mut consumer: Vec<(&str, &str)> = vec![("group.id", GROUP)];
+    consumer.extend_from_slice(FAST_GROUP);
+    consumer.extend_from_slice(consumer_extra);
+    (
+        write_config(dir, "consumer.toml", source, &consumer),
+        write_config(dir, "producer.toml", target, producer_extra),
+    )
+}
+
+/// The mirror binary, run as a child process with its stderr kept in a file.
+pub struct Mirror {
+    child: Child,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+pub fn binary() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mirror-maker"))
+}
+
+impl Mirror {
+    pub fn start(consumer: &Path, producer: &Path, whitelist: &str, extra: &[&str]) -> Mirror {
+        let dir = tempdir();
+        let log = dir.path().join("stderr.log");
+        let mut cmd = binary();
+        cmd.arg("--consumer.config")
+            .arg(consumer)
+            .arg("--producer.config")
+            .arg(producer)
+            .arg("--whitelist")
+            .arg(whitelist)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        let child = cmd.spawn().expect("starting mirror-maker");
+        Mirror {
+            child,
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -{name} failed");
+    }
+
+    /// Waits for the process to exit, at most `timeout`; panics with its log if it does not.
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for mirror-maker") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "mirror-maker did not exit within {timeout:?}; log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM, then the exit status (bounded).
+    pub fn stop(&mut self) -> ExitStatus {
+        self.signal("TERM");
+        self.wait(Duration::from_secs(30))
+    }
+
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Mirror {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The group's committed offsets for partitions `0..partitions` of `topic` (-1: none).
+pub fn committed(bootstrap: &str, topic: &str, partitions: i32) -> Vec<i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", GROUP)
+        .set("log_level", "3")
+        .create()
+        .expect("a consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    match consumer.committed_offsets(tpl, Duration::from_secs(10)) {
+        Ok(c) => c
+            .elements()
+            .iter()
+            .map(|e| match e.offset() {
+                Offset::Offset(o) => o,
+                _ => -1,
+            })
+            .collect(),
+        Err(_) => vec![-1; partitions as usize],
+    }
+}
+
+pub fn committed_total(bootstrap: &str, topic: &str, partitions: i32) -> i64 {
+    committed(bootstrap, topic, partitions)
+        .iter()
+        .map(|o| o.max(&0))
+        .sum()
+}
+
+/// Polls `cond` every 100 ms until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until the group has committed `expected` offsets in all, or the mirror dies.
+pub fn wait_committed(
+    mirror: &mut Mirror,
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    expected: i64,
+) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let got = committed_total(bootstrap, topic, partitions);
+        if got >= expected {
+            return;
+        }
+        if !mirror.is_running() {
+            panic!(
+                "mirror exited early (committed {got} of {expected}); log:\n{}",
+                mirror.log()
+            );
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "committed {got} of {expected} after 90 s; log:\n{}",
+                mirror.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Creates topics with the admin API (tansu; the mock cluster has no CreateTopics).
+pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("log_level", "3")
+        .create()
+        .expect("an admin client");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let results = rt
+        .block_on(admin.create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        ))
+        .expect("CreateTopics");
+    for r in results {
+        r.unwrap_or_else(|(t, e)| panic!("creating {t} on {bootstrap}: {e}"));
+    }
+}
+
+/// A tansu broker (an independent Kafka implementation) on a free loopback port.
+pub struct Tansu {
+    child: Child,
+    pub bootstrap: String,
+}
+
+pub fn tansu_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("TANSU_BIN") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let cargo_bin = home.join(".cargo/bin/tansu");
+    if cargo_bin.exists() {
+        return cargo_bin;
+    }
+    panic!(
+        "the tansu broker is not installed: run ./scripts/test, which installs it \
+         (cargo install tansu --version 0.6.0 --locked --features dynostore), or set TANSU_BIN"
+    );
+}
+
+impl Tansu {
+    pub fn start(name: &str) -> Tansu {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = Command::new(tansu_binary())
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
+            .args(["--storage-engine", &format!("memory://{name}/")])
+            .args(["--cluster-id", name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting tansu");
+        let bootstrap = format!("127.0.0.1:{port}");
+        let mut broker = Tansu { child, bootstrap };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(&broker.bootstrap).is_err() {
+            if let Ok(Some(status)) = broker.child.try_wait() {
+                panic!("tansu exited at start: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tansu did not listen within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        broker
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

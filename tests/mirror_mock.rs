@@ -1,0 +1,470 @@
+//! The mirror's guarantees, proved against librdkafka's mock clusters (real Kafka protocol,
+//! in this process) with the real binary in a child process.
+
+mod common;
+
+use std::time::Duration;
+
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use rdkafka::ClientConfig;
+
+use common::*;
+
+const TOPIC: &str = "orders";
+
+struct Clusters {
+    source: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    target: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    partitions: i32,
+}
+
+impl Clusters {
+    fn new(partitions: i32) -> Clusters {
+        let source = MockCluster::new(1).unwrap();
+        let target = MockCluster::new(1).unwrap();
+        source.create_topic(TOPIC, partitions, 1).unwrap();
+        target.create_topic(TOPIC, partitions, 1).unwrap();
+        Clusters {
+            source,
+            target,
+            partitions,
+        }
+    }
+
+    fn src(&self) -> String {
+        self.source.bootstrap_servers()
+    }
+
+    fn dst(&self) -> String {
+        self.target.bootstrap_servers()
+    }
+
+    fn write(&self, range: std::ops::Range<u64>) {
+        write_samples(&self.src(), TOPIC, range, self.partitions, 100).unwrap();
+    }
+
+    fn compare(&self) -> Comparison {
+        compare_topic(&self.src(), &self.dst(), TOPIC, self.partitions).unwrap()
+    }
+
+    fn committed(&self) -> Vec<i64> {
+        committed(&self.src(), TOPIC, self.partitions)
+    }
+}
+
+#[test]
+fn every_record_is_copied_faithfully_and_shutdown_commits_what_was_acknowledged() {
+    let clusters = Clusters::new(4);
+    clusters.write(0..3000);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    // A commit interval longer than the test: only the shutdown commit can commit.
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        TOPIC,
+        &[
+            "--num.streams",
+            "2",
+            "--offset.commit.interval.ms",
+            "600000",
+        ],
+    );
+    wait_until(Duration::from_secs(60), "all records on the target", || {
+        let c = clusters.compare();
+        c.target >= 3000 || !mirror.is_running()
+    });
+    assert_eq!(
+        clusters.committed(),
+        vec![-1; 4],
+        "nothing committed before shutdown"
+    );
+    let status = mirror.stop();
+    assert_eq!(status.code(), Some(0), "log:\n{}", mirror.log());
+    let c = clusters.compare();
+    assert!(c.is_exact() && c.source == 3000, "{c:?}");
+    assert_eq!(clusters.committed(), vec![750; 4]);
+}
+
+#[test]
+fn offsets_are_committed_on_the_interval_while_running() {
+    let clusters = Clusters::new(2);
+    clusters.write(0..1000);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let mut mirror = Mirror::start(&c, &p, TOPIC, &["--offset.commit.interval.ms", "500"]);
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 1000);
+    assert!(mirror.is_running());
+    assert_eq!(mirror.stop().code(), Some(0));
+    assert!(clusters.compare().is_exact());
+}
+
+/// A producer config whose client-side size limit refuses one record of the test data.
+fn small_message_limit() -> [(&'static str, &'static str); 1] {
+    [("message.max.bytes", "3000")]
+}
+
+/// Writes records 0..20 (small) into partition 0 with record 5 too large for the mirror.
+fn write_with_oversized_record(clusters: &Clusters) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", clusters.src())
+        .create()
+        .unwrap();
+    for i in 0..20 {
+        let value = if i == 5 {
+            vec![b'x'; 5000]
+        } else {
+            vec![b'v'; 100]
+        };
+        let key = format!("k{i}");
+        producer
+            .send(
+                BaseRecord::<str, [u8]>::to(TOPIC)
+                    .partition(0)
+                    .key(&key)
+                    .payload(&value),
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+}
+
+#[test]
+fn a_non_retriable_send_failure_aborts_and_commits_only_before_the_failed_record() {
+    let clusters = Clusters::new(1);
+    write_with_oversized_record(&clusters);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(
+        dir.path(),
+        &clusters.src(),
+        &clusters.dst(),
+        &[],
+        &small_message_limit(),
+    );
+    let mut mirror = Mirror::start(&c, &p, TOPIC, &[]);
+    let status = mirror.wait(Duration::from_secs(60));
+    let log = mirror.log();
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("orders/0 offset 5") && last.contains("abort.on.send.failure"),
+        "the last line names the record and the flag: {last}"
+    );
+    assert_eq!(
+        clusters.committed(),
+        vec![5],
+        "committed up to, not past, the failed record"
+    );
+}
+
+#[test]
+fn skip_mode_drops_the_failed_record_counts_it_and_goes_on() {
+    let clusters = Clusters::new(1);
+    write_with_oversized_record(&clusters);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(
+        dir.path(),
+        &clusters.src(),
+        &clusters.dst(),
+        &[],
+        &small_message_limit(),
+    );
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        TOPIC,
+        &[
+            "--abort.on.send.failure",
+            "false",
+            "--offset.commit.interval.ms",
+            "300",
+        ],
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 1, 20);
+    assert_eq!(mirror.stop().code(), Some(0));
+    assert!(
+        mirror.log().contains("dropped orders/0 offset 5"),
+        "log:\n{}",
+        mirror.log()
+    );
+    let c = clusters.compare();
+    assert_eq!(
+        (c.source, c.target, c.lost, c.changed),
+        (20, 19, 1, 0),
+        "{c:?}"
+    );
+}
+
+#[test]
+fn a_broker_side_non_retriable_error_aborts_without_committing_past_it() {
+    let clusters = Clusters::new(1);
+    clusters.write(0..200);
+    // The target refuses the first produce request for good.
+    clusters.target.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED],
+    );
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let mut mirror = Mirror::start(&c, &p, TOPIC, &[]);
+    let status = mirror.wait(Duration::from_secs(60));
+    let log = mirror.log();
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    assert!(
+        log.contains("orders/0 offset 0") && log.contains("uthorization"),
+        "log:\n{log}"
+    );
+    let committed = clusters.committed()[0];
+    assert!(
+        committed <= 0,
+        "committed {committed}, past the first (failed) record"
+    );
+}
+
+#[test]
+fn retriable_produce_errors_are_retried_without_loss() {
+    let clusters = Clusters::new(2);
+    clusters.write(0..2000);
+    clusters.target.request_errors(
+        RDKafkaApiKey::Produce,
+        &[
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+        ],
+    );
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let mut mirror = Mirror::start(&c, &p, TOPIC, &["--offset.commit.interval.ms", "300"]);
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 2000);
+    assert_eq!(mirror.stop().code(), Some(0));
+    let c = clusters.compare();
+    assert_eq!((c.lost, c.changed), (0, 0), "{c:?}");
+    assert!(c.in_order, "{c:?}");
+}
+
+#[test]
+fn user_settings_are_used_as_given_when_no_data_loss_is_off() {
+    let clusters = Clusters::new(1);
+    clusters.write(0..100);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(
+        dir.path(),
+        &clusters.src(),
+        &clusters.dst(),
+        &[],
+        &[("acks", "1")],
+    );
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        TOPIC,
+        &[
+            "--no.data.loss",
+            "false",
+            "--offset.commit.interval.ms",
+            "300",
+        ],
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 1, 100);
+    assert_eq!(mirror.stop().code(), Some(0));
+}
+
+/// murmur2 hashes computed by Kafka's Java client, from its own test suite
+/// (`UtilsTest.testMurmur2`, apache/kafka clients/src/test/java/.../utils/UtilsTest.java).
+const JAVA_MURMUR2: &[(&str, i32)] = &[
+    ("21", -973932308),
+    ("foobar", -790332482),
+    ("a-little-bit-long-string", -985981536),
+    ("a-little-bit-longer-string", -1486304829),
+    (
+        "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+        -58897971,
+    ),
+    ("abc", 479470107),
+];
+
+#[test]
+fn hash_partitioning_places_keyed_records_as_a_java_producer_would() {
+    let clusters = Clusters::new(1);
+    // One source partition mirrored to a target with 7: preserve would put all in 0.
+    let target_partitions = 7;
+    clusters
+        .target
+        .create_topic("keyed", target_partitions, 1)
+        .unwrap();
+    clusters.source.create_topic("keyed", 1, 1).unwrap();
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", clusters.src())
+        .create()
+        .unwrap();
+    for (key, _) in JAVA_MURMUR2 {
+        producer
+            .send(
+                BaseRecord::<str, str>::to("keyed")
+                    .partition(0)
+                    .key(*key)
+                    .payload("v"),
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        "keyed",
+        &[
+            "--partitioning",
+            "hash",
+            "--offset.commit.interval.ms",
+            "300",
+        ],
+    );
+    wait_committed(
+        &mut mirror,
+        &clusters.src(),
+        "keyed",
+        1,
+        JAVA_MURMUR2.len() as i64,
+    );
+    assert_eq!(mirror.stop().code(), Some(0));
+    let placed = keys_by_partition(
+        &clusters.dst(),
+        "keyed",
+        target_partitions,
+        JAVA_MURMUR2.len(),
+    );
+    for (key, hash) in JAVA_MURMUR2 {
+        // Java's DefaultPartitioner: Utils.toPositive(murmur2(key)) % numPartitions.
+        let java_partition = ((*hash as u32 & 0x7fff_ffff) % target_partitions as u32) as i32;
+        assert_eq!(
+            placed.get(*key),
+            Some(&java_partition),
+            "key {key}: {placed:?}"
+        );
+    }
+    let distinct: std::collections::HashSet<_> = placed.values().collect();
+    assert!(distinct.len() > 1, "all keys in one partition: {placed:?}");
+}
+
+fn keys_by_partition(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    expected: usize,
+) -> std::collections::HashMap<String, i32> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "keys")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut out = std::collections::HashMap::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while out.len() < expected && std::time::Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            let key = String::from_utf8_lossy(m.key().unwrap()).into_owned();
+            out.insert(key, m.partition());
+        }
+    }
+    out
+}
+
+#[test]
+fn preserve_partitioning_with_too_few_target_partitions_is_a_clear_error() {
+    let clusters = Clusters::new(1);
+    clusters.source.create_topic("wide", 4, 1).unwrap();
+    clusters.target.create_topic("wide", 2, 1).unwrap();
+    write_samples(&clusters.src(), "wide", 0..40, 4, 50).unwrap();
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let mut mirror = Mirror::start(&c, &p, "wide", &[]);
+    let status = mirror.wait(Duration::from_secs(60));
+    let log = mirror.log();
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    assert!(
+        log.contains("--partitioning hash") && log.contains("has no partition"),
+        "log:\n{log}"
+    );
+    let committed = committed(&clusters.src(), "wide", 4);
+    assert!(committed[2] <= 0 && committed[3] <= 0, "{committed:?}");
+}
+
+/// Two instances in one group: one starts, a second joins, the first leaves, while records
+/// keep arriving. Nothing is lost, and the clean hand-overs produce no duplicates.
+fn two_instances_share_the_work(strategy: &str) {
+    let clusters = Clusters::new(8);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(
+        dir.path(),
+        &clusters.src(),
+        &clusters.dst(),
+        &[("partition.assignment.strategy", strategy)],
+        &[],
+    );
+    let args = ["--offset.commit.interval.ms", "500"];
+    clusters.write(0..4000);
+    let mut a = Mirror::start(&c, &p, TOPIC, &args);
+    wait_committed(&mut a, &clusters.src(), TOPIC, 8, 4000);
+    let mut b = Mirror::start(&c, &p, TOPIC, &args);
+    clusters.write(4000..8000);
+    wait_until(
+        Duration::from_secs(30),
+        "the second instance to get partitions",
+        || b.log().contains("assigned") && b.log().contains("orders/"),
+    );
+    clusters.write(8000..12000);
+    wait_committed(&mut b, &clusters.src(), TOPIC, 8, 12000);
+    assert_eq!(a.stop().code(), Some(0), "log A:\n{}", a.log());
+    clusters.write(12000..16000);
+    wait_committed(&mut b, &clusters.src(), TOPIC, 8, 16000);
+    assert_eq!(b.stop().code(), Some(0), "log B:\n{}", b.log());
+    let c = clusters.compare();
+    assert_eq!(c.source, 16000);
+    assert!(
+        c.is_exact(),
+        "{c:?}\nlog A:\n{}\nlog B:\n{}",
+        a.log(),
+        b.log()
+    );
+}
+
+#[test]
+fn two_instances_cooperative_sticky_lose_nothing_and_duplicate_nothing() {
+    two_instances_share_the_work("cooperative-sticky");
+}
+
+#[test]
+fn two_instances_eager_range_lose_nothing_and_duplicate_nothing() {
+    two_instances_share_the_work("range");
+}
+
+#[test]
+fn the_demo_mirrors_and_verifies() {
+    let out = binary()
+        .args(["demo", "--records", "20000", "--partitions", "4"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("lost                     0"), "{stdout}");
+    assert!(stdout.contains("OK: nothing lost"), "{stdout}");
+}
