@@ -244,7 +244,12 @@ impl ClientProps {
             .map_err(|e| ConfigError::Rejected {
                 role: self.role,
                 path: self.path.clone(),
-                message: format!("{e}"),
+                message: match e {
+                    rdkafka::error::KafkaError::ClientConfig(_, description, key, _) => {
+                        format!("key `{key}`: {description}")
+                    }
+                    other => other.to_string(),
+                },
             })
     }
 
@@ -267,11 +272,25 @@ fn parse_toml(
         .map_err(|e: toml::de::Error| ConfigError::Toml {
             role,
             path: path.to_owned(),
-            message: e.to_string().trim().replace('\n', " "),
+            message: one_line_toml_error(&e),
         })?;
     let mut out = BTreeMap::new();
     flatten(role, path, "", &table, &mut out)?;
     Ok(out)
+}
+
+/// "TOML parse error at line 2, column 12: invalid string ..." (the source excerpt dropped).
+fn one_line_toml_error(e: &toml::de::Error) -> String {
+    let text = e.to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let head = lines.next().unwrap_or_default().to_owned();
+    let last = lines
+        .filter(|l| !l.starts_with('|') && !l.contains(" | ") && !l.starts_with(char::is_numeric))
+        .last();
+    match last {
+        Some(detail) => format!("{head}: {detail}"),
+        None => head,
+    }
 }
 
 fn flatten(

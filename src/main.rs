@@ -24,9 +24,15 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             // One line: what is wrong; the usage is one --help away.
+            // clap lists missing arguments on the lines after the first; join them.
             let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("error: bad usage");
-            eprintln!("{first} (see mirror-maker --help)");
+            let mut lines = rendered.lines();
+            let mut message = lines.next().unwrap_or("error: bad usage").to_owned();
+            for item in lines.take_while(|l| !l.trim().is_empty()) {
+                message.push(' ');
+                message.push_str(item.trim());
+            }
+            eprintln!("{message} (see mirror-maker --help)");
             return ExitCode::from(BAD_USAGE);
         }
     };

@@ -80,8 +80,6 @@ struct Slot {
     ring: VecDeque<Entry>,
     /// The next offset to consume according to what is acknowledged, if anything is.
     committable: Option<i64>,
-    /// What was last handed out for committing.
-    committed: Option<i64>,
 }
 
 impl Slot {
@@ -146,7 +144,6 @@ impl OffsetTracker {
                 slot.first_seq = slot.next_seq();
                 slot.front_seq = slot.first_seq;
                 slot.committable = None;
-                slot.committed = None;
                 index
             }
             None => {
@@ -162,7 +159,6 @@ impl OffsetTracker {
                     first_seq: 0,
                     ring: VecDeque::new(),
                     committable: None,
-                    committed: None,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -276,39 +272,25 @@ impl OffsetTracker {
         })
     }
 
-    /// Commit points that moved since they were last taken: `(topic, partition, next offset)`.
-    /// Taking them marks them as handed out.
-    pub fn take_commit_points(&mut self) -> Vec<(String, i32, i64)> {
-        self.take_where(|_, _| true)
+    /// The commit point of every tracked partition that has one: `(topic, partition, next
+    /// offset)`. Every commit sends them all, unchanged ones too, so a commit that failed for
+    /// some partitions (librdkafka does not report that for asynchronous commits) is mended by
+    /// the next one.
+    pub fn commit_points(&self) -> Vec<(String, i32, i64)> {
+        self.commit_points_where(|_, _| true)
     }
 
-    /// Like [`take_commit_points`](Self::take_commit_points), for the given partitions only.
-    pub fn take_commit_points_of(
-        &mut self,
-        partitions: &[(String, i32)],
-    ) -> Vec<(String, i32, i64)> {
-        self.take_where(|t, p| partitions.iter().any(|(pt, pp)| pt == t && *pp == p))
+    /// Like [`commit_points`](Self::commit_points), for the given partitions only.
+    pub fn commit_points_of(&self, partitions: &[(String, i32)]) -> Vec<(String, i32, i64)> {
+        self.commit_points_where(|t, p| partitions.iter().any(|(pt, pp)| pt == t && *pp == p))
     }
 
-    fn take_where(&mut self, mut wanted: impl FnMut(&str, i32) -> bool) -> Vec<(String, i32, i64)> {
-        let mut out = Vec::new();
-        for slot in self.slots.iter_mut().filter(|s| s.live) {
-            if let Some(next) = slot.committable {
-                if slot.committed != Some(next) && wanted(&slot.topic, slot.partition) {
-                    slot.committed = Some(next);
-                    out.push((slot.topic.clone(), slot.partition, next));
-                }
-            }
-        }
-        out
-    }
-
-    /// Forgets what was handed out, so that the next take returns every commit point again
-    /// (after a commit that failed).
-    pub fn forget_committed(&mut self) {
-        for slot in &mut self.slots {
-            slot.committed = None;
-        }
+    fn commit_points_where(&self, wanted: impl Fn(&str, i32) -> bool) -> Vec<(String, i32, i64)> {
+        self.slots
+            .iter()
+            .filter(|s| s.live && wanted(&s.topic, s.partition))
+            .filter_map(|s| Some((s.topic.clone(), s.partition, s.committable?)))
+            .collect()
     }
 
     /// Stops tracking a partition that was revoked. Deliveries still to come for it are
@@ -352,8 +334,7 @@ mod tests {
     use super::*;
 
     fn commit_of(t: &mut OffsetTracker, topic: &str, partition: i32) -> Option<i64> {
-        t.forget_committed();
-        t.take_commit_points()
+        t.commit_points()
             .into_iter()
             .find(|(tt, p, _)| tt == topic && *p == partition)
             .map(|(_, _, o)| o)
@@ -442,18 +423,6 @@ mod tests {
     }
 
     #[test]
-    fn commit_points_are_handed_out_once_until_they_move() {
-        let mut t = OffsetTracker::new();
-        let a = t.begin("t", 0, 0, 10, 1);
-        t.ack(a);
-        assert_eq!(t.take_commit_points(), vec![("t".to_owned(), 0, 1)]);
-        assert!(t.take_commit_points().is_empty());
-        let b = t.begin("t", 0, 1, 10, 1);
-        t.ack(b);
-        assert_eq!(t.take_commit_points(), vec![("t".to_owned(), 0, 2)]);
-    }
-
-    #[test]
     fn deliveries_after_revocation_are_stale_even_when_the_slot_is_reused() {
         let mut t = OffsetTracker::new();
         let old = t.begin("t", 0, 10, 10, 1);
@@ -482,10 +451,10 @@ mod tests {
         t.ack(a);
         t.ack(b);
         assert_eq!(
-            t.take_commit_points_of(&[("t".to_owned(), 1)]),
+            t.commit_points_of(&[("t".to_owned(), 1)]),
             vec![("t".to_owned(), 1, 1)]
         );
-        assert_eq!(t.take_commit_points(), vec![("t".to_owned(), 0, 1)]);
+        assert_eq!(t.commit_points().len(), 2);
     }
 
     #[test]

@@ -84,8 +84,8 @@ impl RebalanceContext {
     }
 }
 
-/// Commits the acknowledged offsets that moved since the last commit, of `only` these
-/// partitions or of all. Returns how many partitions were committed.
+/// Commits the acknowledged offsets of `only` these partitions, or of all tracked ones.
+/// Returns how many partitions were committed.
 pub fn commit(
     consumer: &MirrorConsumer,
     shared: &StreamShared,
@@ -93,10 +93,10 @@ pub fn commit(
     mode: CommitMode,
 ) -> KafkaResult<usize> {
     let points = {
-        let mut tracker = shared.tracker();
+        let tracker = shared.tracker();
         match only {
-            Some(partitions) => tracker.take_commit_points_of(partitions),
-            None => tracker.take_commit_points(),
+            Some(partitions) => tracker.commit_points_of(partitions),
+            None => tracker.commit_points(),
         }
     };
     if points.is_empty() {
@@ -106,17 +106,10 @@ pub fn commit(
     for (topic, partition, offset) in &points {
         tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset))?;
     }
-    match consumer.commit(&tpl, mode) {
-        Ok(()) => {
-            tracing::debug!(stream = shared.stream, "committed {points:?}");
-            Ok(points.len())
-        }
-        Err(e) => {
-            // Hand the same points out again next time.
-            shared.tracker().forget_committed();
-            Err(e)
-        }
-    }
+    consumer.commit(&tpl, mode)?;
+    Stats::add(&shared.stats.commits, 1);
+    tracing::debug!(stream = shared.stream, "committed ({mode:?}) {points:?}");
+    Ok(points.len())
 }
 
 impl ClientContext for RebalanceContext {
@@ -165,19 +158,5 @@ impl ConsumerContext for RebalanceContext {
             );
         }
         self.assignment_changed.store(true, Ordering::SeqCst);
-    }
-
-    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
-        match result {
-            Ok(()) => Stats::add(&self.shared.stats.commits, 1),
-            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
-            Err(e) => {
-                tracing::warn!(
-                    stream = self.shared.stream,
-                    "offset commit failed: {e}; retrying at the next commit"
-                );
-                self.shared.tracker().forget_committed();
-            }
-        }
     }
 }

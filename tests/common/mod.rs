@@ -81,7 +81,10 @@ impl Mirror {
             .arg("--whitelist")
             .arg(whitelist)
             .args(extra)
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("MIRROR_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"));
         let child = cmd.spawn().expect("starting mirror-maker");
