@@ -285,8 +285,7 @@ fn one_line_toml_error(e: &toml::de::Error) -> String {
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let head = lines.next().unwrap_or_default().to_owned();
     let last = lines
-        .filter(|l| !l.starts_with('|') && !l.contains(" | ") && !l.starts_with(char::is_numeric))
-        .last();
+        .rfind(|l| !l.starts_with('|') && !l.contains(" | ") && !l.starts_with(char::is_numeric));
     match last {
         Some(detail) => format!("{head}: {detail}"),
         None => head,
