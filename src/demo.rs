@@ -37,8 +37,8 @@ pub struct Sample {
 }
 
 pub fn sample(i: u64, partitions: i32, value_bytes: usize) -> Sample {
-    let key = (!i.is_multiple_of(10)).then(|| format!("customer-{}", i % 1000).into_bytes());
-    let value = (i % 50 != 7).then(|| {
+    let key = (!i.is_multiple_of(15)).then(|| format!("customer-{}", i % 1000).into_bytes());
+    let value = (i % 25 != 7).then(|| {
         let mut v = format!("{{\"order\":{i},\"amount\":{}}}", i * 7 % 10_000).into_bytes();
         v.resize(value_bytes, b' ');
         v

@@ -1,6 +1,9 @@
 //! Log set-up: text to stderr, level from `RUST_LOG` (default `info`).
 
 use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+use crate::control::Control;
 use tracing_subscriber::EnvFilter;
 
 pub fn init() {
@@ -24,5 +27,20 @@ pub fn librdkafka_log(cluster: &str, level: RDKafkaLogLevel, facility: &str, mes
             tracing::info!(cluster, facility, "librdkafka: {message}")
         }
         RDKafkaLogLevel::Debug => tracing::debug!(cluster, facility, "librdkafka: {message}"),
+    }
+}
+
+/// An error librdkafka reports for a whole client. Fatal ones stop the mirror; the others are
+/// retried by librdkafka, which also logs them, so only a cluster going away is worth a line.
+pub fn client_error(control: &Control, cluster: &str, error: KafkaError, reason: &str) {
+    match error.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::Fatal) => control.fail(format!(
+            "the {cluster} cluster client hit a fatal error: {reason}"
+        )),
+        Some(RDKafkaErrorCode::AllBrokersDown) => tracing::warn!(
+            cluster,
+            "{reason}: no broker of the {cluster} cluster answers; retrying until one does"
+        ),
+        _ => tracing::debug!(cluster, "{reason}"),
     }
 }

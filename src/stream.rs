@@ -59,6 +59,8 @@ pub struct Stream<'s> {
     consumer: MirrorConsumer,
     subscribed: Vec<String>,
     paused: bool,
+    /// How long a stream may wait for acknowledgements without polling the consumer.
+    stall_limit: Duration,
     gate: Arc<ShutdownGate>,
 }
 
@@ -112,6 +114,7 @@ impl<'s> Stream<'s> {
             consumer,
             subscribed: Vec::new(),
             paused: false,
+            stall_limit: stall_limit(settings),
             gate,
         })
     }
@@ -126,7 +129,7 @@ impl<'s> Stream<'s> {
         let mut next_refresh = Instant::now() + self.settings.topic_refresh_interval;
         while !self.shared.control.stop_requested() {
             self.producer.poll(Duration::ZERO);
-            self.apply_backpressure();
+            self.make_room();
             match self.consumer.poll(POLL_INTERVAL) {
                 None => {}
                 Some(Ok(message)) => self.mirror(&message),
@@ -196,24 +199,57 @@ impl<'s> Stream<'s> {
         }
     }
 
-    /// Pauses the assigned partitions while too much is unacknowledged; resumes at half.
-    fn apply_backpressure(&mut self) {
-        let (records, bytes) = {
-            let t = self.shared.tracker();
-            (t.in_flight(), t.in_flight_bytes())
-        };
-        let limit_records = self.settings.max_in_flight_records;
-        let limit_bytes = self.settings.max_in_flight_bytes;
-        let full = records >= limit_records || bytes >= limit_bytes;
-        let drained = records <= limit_records / 2 && bytes <= limit_bytes / 2;
+    fn over_limit(&self, fraction: usize) -> (bool, usize, usize) {
+        let t = self.shared.tracker();
+        let (records, bytes) = (t.in_flight(), t.in_flight_bytes());
+        let over = records >= self.settings.max_in_flight_records / fraction
+            || bytes >= self.settings.max_in_flight_bytes / fraction;
+        (over, records, bytes)
+    }
+
+    /// Backpressure. While too much is unacknowledged, wait for acknowledgements without
+    /// consuming: the records already fetched stay in the consumer's queue. If the wait
+    /// lasts long enough to endanger the group membership (`max.poll.interval.ms`), pause the
+    /// assigned partitions and go back to polling the consumer; resume once half drained.
+    fn make_room(&mut self) {
         let changed = self
             .shared_context()
             .assignment_changed
             .swap(false, Ordering::SeqCst);
-        let want_paused = if self.paused { !drained } else { full };
-        if want_paused == self.paused && !(changed && self.paused) {
+        if self.paused {
+            let (still_over, records, bytes) = self.over_limit(2);
+            if !still_over {
+                self.set_paused(false, records, bytes);
+            } else if changed {
+                // Newly assigned partitions start unpaused.
+                self.set_paused(true, records, bytes);
+            }
+            if self.paused {
+                self.producer.poll(Duration::from_millis(10));
+            }
             return;
         }
+        let started = Instant::now();
+        loop {
+            let (over, records, bytes) = self.over_limit(1);
+            if !over || self.shared.control.stop_requested() {
+                return;
+            }
+            if started.elapsed() >= self.stall_limit {
+                tracing::info!(
+                    stream = self.id,
+                    "the target has not acknowledged {records} records ({bytes} bytes) for {:?}; \
+                     pausing consumption until it catches up",
+                    self.stall_limit
+                );
+                self.set_paused(true, records, bytes);
+                return;
+            }
+            self.producer.poll(Duration::from_millis(5));
+        }
+    }
+
+    fn set_paused(&mut self, pause: bool, records: usize, bytes: usize) {
         let assignment = match self.consumer.assignment() {
             Ok(a) => a,
             Err(e) => {
@@ -221,29 +257,25 @@ impl<'s> Stream<'s> {
                 return;
             }
         };
-        let result = if want_paused {
+        let result = if pause {
             self.consumer.pause(&assignment)
         } else {
             self.consumer.resume(&assignment)
         };
         match result {
             Ok(()) => {
-                if want_paused != self.paused {
+                if pause != self.paused {
                     tracing::debug!(
                         stream = self.id,
                         records,
                         bytes,
                         "{} consumption",
-                        if want_paused { "pausing" } else { "resuming" }
+                        if pause { "pausing" } else { "resuming" }
                     );
                 }
-                self.paused = want_paused;
+                self.paused = pause;
             }
-            Err(e) => tracing::warn!(stream = self.id, "cannot pause/resume: {e}"),
-        }
-        if self.paused {
-            // Wait for acknowledgements rather than spin; the consumer is polled right after.
-            self.producer.poll(Duration::from_millis(10));
+            Err(e) => tracing::warn!(stream = self.id, "cannot pause or resume consumption: {e}"),
         }
     }
 
@@ -397,6 +429,17 @@ fn is_retriable_commit_error(e: &KafkaError) -> bool {
                 | RDKafkaErrorCode::RequestTimedOut
         )
     )
+}
+
+/// A third of the consumer's `max.poll.interval.ms` (librdkafka's default: 300 s): a stream
+/// that waits longer than that for the target pauses its partitions and polls again.
+fn stall_limit(settings: &Settings) -> Duration {
+    let max_poll = settings
+        .consumer
+        .get("max.poll.interval.ms")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(300_000);
+    Duration::from_millis(max_poll / 3)
 }
 
 /// The source's topics that match the whitelist, sorted.

@@ -97,8 +97,104 @@ fn offsets_are_committed_on_the_interval_while_running() {
     let mut mirror = Mirror::start(&c, &p, TOPIC, &["--offset.commit.interval.ms", "500"]);
     wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 1000);
     assert!(mirror.is_running());
-    assert_eq!(mirror.stop().code(), Some(0));
+    mirror.signal("INT");
+    assert_eq!(mirror.wait(Duration::from_secs(30)).code(), Some(0));
     assert!(clusters.compare().is_exact());
+}
+
+#[test]
+fn a_small_producer_queue_slows_the_mirror_down_and_loses_nothing() {
+    let clusters = Clusters::new(4);
+    clusters.write(0..5000);
+    // A tiny producer queue and a slow target: the stream keeps waiting for room.
+    clusters
+        .target
+        .broker_round_trip_time(1, Duration::from_millis(20))
+        .unwrap();
+    let dir = tempdir();
+    let (c, p) = mirror_configs(
+        dir.path(),
+        &clusters.src(),
+        &clusters.dst(),
+        &[],
+        &[("queue.buffering.max.messages", "64")],
+    );
+    let mut mirror = Mirror::start(&c, &p, TOPIC, &["--offset.commit.interval.ms", "300"]);
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 4, 5000);
+    assert_eq!(mirror.stop().code(), Some(0));
+    let c = clusters.compare();
+    assert!(c.is_exact(), "{c:?}");
+}
+
+#[test]
+fn a_target_outage_pauses_consumption_keeps_the_group_and_loses_nothing() {
+    let clusters = Clusters::new(2);
+    clusters.write(0..1000);
+    let dir = tempdir();
+    // max.poll.interval.ms is 10 s (FAST_GROUP): the stream pauses after 3.3 s without acks
+    // once 100 records (half the producer queue) are in flight.
+    let (c, p) = mirror_configs(
+        dir.path(),
+        &clusters.src(),
+        &clusters.dst(),
+        &[],
+        &[("queue.buffering.max.messages", "200")],
+    );
+    let mut mirror = Mirror::start_logged(
+        &c,
+        &p,
+        TOPIC,
+        &["--offset.commit.interval.ms", "300"],
+        "info,mirror_maker::stream=debug",
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 1000);
+    clusters.target.broker_down(1).unwrap();
+    clusters.write(1000..3000);
+    // Longer than max.poll.interval.ms: a stream that stopped polling would be thrown out.
+    std::thread::sleep(Duration::from_secs(12));
+    clusters.target.broker_up(1).unwrap();
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 3000);
+    assert_eq!(mirror.stop().code(), Some(0));
+    let log = mirror.log();
+    assert!(
+        log.contains("pausing consumption") && log.contains("resuming consumption"),
+        "log:\n{log}"
+    );
+    assert_eq!(
+        log.matches("assigned").count(),
+        1,
+        "the stream left the group during the outage:\n{log}"
+    );
+    let c = clusters.compare();
+    assert_eq!((c.lost, c.changed, c.source), (0, 0, 3000), "{c:?}");
+    assert!(c.in_order);
+}
+
+#[test]
+fn topics_that_start_matching_while_running_are_mirrored() {
+    let clusters = Clusters::new(1);
+    clusters.write(0..100);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        "orders.*",
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--topic.refresh.interval.ms",
+            "500",
+        ],
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 1, 100);
+    clusters.source.create_topic("orders.late", 2, 1).unwrap();
+    clusters.target.create_topic("orders.late", 2, 1).unwrap();
+    write_samples(&clusters.src(), "orders.late", 0..200, 2, 50).unwrap();
+    wait_committed(&mut mirror, &clusters.src(), "orders.late", 2, 200);
+    assert_eq!(mirror.stop().code(), Some(0));
+    let c = compare_topic(&clusters.src(), &clusters.dst(), "orders.late", 2).unwrap();
+    assert!(c.is_exact() && c.source == 200, "{c:?}");
 }
 
 /// A producer config whose client-side size limit refuses one record of the test data.

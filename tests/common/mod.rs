@@ -71,6 +71,18 @@ pub fn binary() -> Command {
 
 impl Mirror {
     pub fn start(consumer: &Path, producer: &Path, whitelist: &str, extra: &[&str]) -> Mirror {
+        let log = std::env::var("MIRROR_LOG").unwrap_or_else(|_| "info".into());
+        Mirror::start_logged(consumer, producer, whitelist, extra, &log)
+    }
+
+    /// Like [`Mirror::start`] with `RUST_LOG` set to `rust_log`.
+    pub fn start_logged(
+        consumer: &Path,
+        producer: &Path,
+        whitelist: &str,
+        extra: &[&str],
+        rust_log: &str,
+    ) -> Mirror {
         let dir = tempdir();
         let log = dir.path().join("stderr.log");
         let mut cmd = binary();
@@ -81,10 +93,7 @@ impl Mirror {
             .arg("--whitelist")
             .arg(whitelist)
             .args(extra)
-            .env(
-                "RUST_LOG",
-                std::env::var("MIRROR_LOG").unwrap_or_else(|_| "info".into()),
-            )
+            .env("RUST_LOG", rust_log)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"));
         let child = cmd.spawn().expect("starting mirror-maker");
