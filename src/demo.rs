@@ -212,11 +212,15 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
                 break;
             }
             if last_print.elapsed() >= Duration::from_secs(1) {
-                println!(
-                    "mirrored {acked} of {} records ({:.0}%)",
-                    args.records,
-                    acked as f64 * 100.0 / args.records as f64
-                );
+                if acked == 0 {
+                    println!("waiting for the mirror's consumer group to form...");
+                } else {
+                    println!(
+                        "mirrored {acked} of {} records ({:.0}%)",
+                        args.records,
+                        acked as f64 * 100.0 / args.records as f64
+                    );
+                }
                 last_print = Instant::now();
             }
             thread::sleep(Duration::from_millis(20));

@@ -64,6 +64,7 @@ fn run_mirror(args: &MirrorArgs) -> ExitCode {
         eprintln!("error: cannot install signal handlers: {e:#}");
         return ExitCode::from(RUNTIME_FAILURE);
     }
+    watch_shutdown(control.clone(), settings.shutdown_timeout + SHUTDOWN_GRACE);
     match pipeline::run(&settings, control, stats) {
         Ok(summary) => {
             if summary.unacknowledged > 0 {
@@ -79,6 +80,30 @@ fn run_mirror(args: &MirrorArgs) -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(RUNTIME_FAILURE)
         }
+    }
+}
+
+/// Beyond the flush timeout, how long closing the clients may take before the process exits
+/// anyway (what was committed stays committed).
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The last resort against a shutdown that hangs (a client that cannot close): once a stop is
+/// requested, the process exits 1 after `limit` whatever is still running.
+fn watch_shutdown(control: Arc<Control>, limit: std::time::Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("shutdown-watchdog".into())
+        .spawn(move || {
+            while !control.stop_requested() {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            std::thread::sleep(limit);
+            eprintln!(
+                "error: shutdown did not finish within {limit:?}; exiting without waiting further"
+            );
+            std::process::exit(RUNTIME_FAILURE.into());
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the shutdown watchdog: {e}");
     }
 }
 
