@@ -115,6 +115,23 @@ impl ProducerContext for DeliveryContext {
                 Stats::add(&self.shared.stats.acknowledged, 1);
                 self.shared.tracker().ack(ticket);
             }
+            Err((error, _))
+                if matches!(
+                    error.rdkafka_error_code(),
+                    Some(
+                        RDKafkaErrorCode::PurgeQueue
+                            | RDKafkaErrorCode::PurgeInflight
+                            | RDKafkaErrorCode::BrokerDestroy
+                    )
+                ) =>
+            {
+                // The producer is being closed with records still unacknowledged (a
+                // shutdown flush that timed out): they stay uncommitted, not failed.
+                tracing::debug!(
+                    stream = self.shared.stream,
+                    "not acknowledged at close: {error}"
+                );
+            }
             Err((error, message)) => {
                 self.shared
                     .send_failed(ticket, message.topic(), Some(message.partition()), error);

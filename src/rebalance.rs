@@ -46,7 +46,9 @@ impl RebalanceContext {
             return;
         }
         let stream = self.shared.stream;
-        let timeout = if self.closing.load(Ordering::SeqCst) {
+        // During shutdown the stream has flushed already (bounded); do not wait twice.
+        let timeout = if self.closing.load(Ordering::SeqCst) || self.shared.control.stop_requested()
+        {
             Duration::ZERO
         } else {
             self.revoke_flush_timeout

@@ -40,6 +40,8 @@ pub enum StreamError {
         topics: Vec<String>,
         source: KafkaError,
     },
+    #[error("stream {stream} panicked; see the log above")]
+    Panicked { stream: usize },
     #[error("stream {stream}: final commit failed: {source}; the records after the last committed offsets will be mirrored again on restart (duplicates, no loss)")]
     FinalCommit { stream: usize, source: KafkaError },
 }
@@ -199,11 +201,18 @@ impl<'s> Stream<'s> {
         }
     }
 
+    /// Whether more than `1/fraction` of the in-flight limits is used. Records of released
+    /// partitions that the producer still holds (a flush that timed out) count too: they
+    /// still take room in its queue.
     fn over_limit(&self, fraction: usize) -> (bool, usize, usize) {
-        let t = self.shared.tracker();
-        let (records, bytes) = (t.in_flight(), t.in_flight_bytes());
-        let over = records >= self.settings.max_in_flight_records / fraction
-            || bytes >= self.settings.max_in_flight_bytes / fraction;
+        let (tracked, bytes) = {
+            let t = self.shared.tracker();
+            (t.in_flight(), t.in_flight_bytes())
+        };
+        let queued = usize::try_from(self.producer.in_flight_count()).unwrap_or(0);
+        let records = tracked.max(queued);
+        let over = records >= (self.settings.max_in_flight_records / fraction).max(1)
+            || bytes >= (self.settings.max_in_flight_bytes / fraction).max(1);
         (over, records, bytes)
     }
 
@@ -228,6 +237,12 @@ impl<'s> Stream<'s> {
                 self.producer.poll(Duration::from_millis(10));
             }
             return;
+        }
+        if changed {
+            // librdkafka keeps a partition's pause flag across unassign and assign: a
+            // partition paused before a rebalance may come back paused.
+            let (_, records, bytes) = self.over_limit(1);
+            self.set_paused(false, records, bytes);
         }
         let started = Instant::now();
         loop {

@@ -171,6 +171,44 @@ fn a_target_outage_pauses_consumption_keeps_the_group_and_loses_nothing() {
 }
 
 #[test]
+fn a_shutdown_while_the_target_is_down_commits_only_what_was_acknowledged_and_exits_0() {
+    let clusters = Clusters::new(2);
+    clusters.write(0..1000);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        TOPIC,
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--shutdown.timeout.ms",
+            "2000",
+        ],
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 1000);
+    clusters.target.broker_down(1).unwrap();
+    clusters.write(1000..1500);
+    std::thread::sleep(Duration::from_secs(2));
+    let started = std::time::Instant::now();
+    let status = mirror.stop();
+    let log = mirror.log();
+    assert_eq!(status.code(), Some(0), "log:\n{log}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    assert!(log.contains("were not acknowledged"), "log:\n{log}");
+    assert_eq!(
+        clusters.committed(),
+        vec![500, 500],
+        "nothing unacknowledged was committed"
+    );
+}
+
+#[test]
 fn topics_that_start_matching_while_running_are_mirrored() {
     let clusters = Clusters::new(1);
     clusters.write(0..100);
