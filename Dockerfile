@@ -1,8 +1,8 @@
 # Build: the whole toolchain, librdkafka and OpenSSL compiled from source by the crates.
 FROM rust:1-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
-COPY src ./src
+# The whole workspace: Cargo needs every member's manifest (plugin crate, examples).
+COPY . .
 RUN cargo build --release --locked --bin mirror-maker
 
 # Run: a small image, a non-root user, nothing but the binary and CA certificates.

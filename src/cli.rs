@@ -102,6 +102,35 @@ pub struct MirrorArgs {
           value_parser = clap::value_parser!(u64).range(100..))]
     pub topic_refresh_interval_ms: u64,
 
+    /// A message handler plugin (a shared library exporting `mirror_maker_message_handler`):
+    /// filters, reshapes or fans out each record.
+    #[arg(long = "message.handler", value_name = "PATH")]
+    pub message_handler: Option<PathBuf>,
+
+    /// The string passed to the message handler's init.
+    #[arg(
+        long = "message.handler.args",
+        value_name = "STRING",
+        default_value = "",
+        requires = "message_handler"
+    )]
+    pub message_handler_args: String,
+
+    /// A rebalance listener plugin (exporting `mirror_maker_rebalance_listener`), called after
+    /// the mirror's own flush and commit.
+    #[arg(long = "consumer.rebalance.listener", value_name = "PATH")]
+    pub rebalance_listener: Option<PathBuf>,
+
+    /// The string passed to the rebalance listener's init.
+    #[arg(
+        long = "rebalance.listener.args",
+        visible_alias = "consumer.rebalance.listener.args",
+        value_name = "STRING",
+        default_value = "",
+        requires = "rebalance_listener"
+    )]
+    pub rebalance_listener_args: String,
+
     /// How long to wait at start-up for each cluster to answer before giving up (exit 1).
     #[arg(
         long = "startup.timeout.ms",

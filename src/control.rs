@@ -49,6 +49,8 @@ pub struct Stats {
     pub produced: AtomicU64,
     pub acknowledged: AtomicU64,
     pub dropped: AtomicU64,
+    /// Source records a message handler turned into no record.
+    pub filtered: AtomicU64,
     pub commits: AtomicU64,
     pub rebalances: AtomicU64,
 }

@@ -6,6 +6,7 @@
 //! - [`pipeline`]: checks both clusters and runs the streams;
 //! - [`stream`]: one consumer and producer on a thread: consume → produce;
 //! - [`producer`]: delivery reports → [`offsets`], the acknowledged-offset tracker;
+//! - [`plugin`]: the user's message handler and rebalance listener, loaded at run time;
 //! - [`rebalance`]: flush and commit before partitions move, and the commits themselves;
 //! - [`control`]: stop requests, fatal errors, counters; [`demo`]: the embedded default.
 
@@ -16,6 +17,7 @@ pub mod demo;
 pub mod logging;
 pub mod offsets;
 pub mod pipeline;
+pub mod plugin;
 pub mod producer;
 pub mod rebalance;
 pub mod settings;

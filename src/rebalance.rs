@@ -6,7 +6,7 @@
 //! cooperative-sticky only the revoked partitions are touched; with eager protocols all of them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
@@ -18,6 +18,7 @@ use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::Offset;
 
 use crate::control::Stats;
+use crate::plugin::Listener;
 use crate::producer::{MirrorProducer, StreamShared};
 
 pub type MirrorConsumer = BaseConsumer<RebalanceContext>;
@@ -33,15 +34,12 @@ pub struct RebalanceContext {
     pub closing: AtomicBool,
     /// Set by every rebalance; the stream re-applies its pause state to the new assignment.
     pub assignment_changed: AtomicBool,
+    /// The user's rebalance listener, called after the internal one.
+    pub listener: Option<Mutex<Listener>>,
 }
 
 impl RebalanceContext {
-    fn release(&self, consumer: &MirrorConsumer, tpl: &TopicPartitionList) {
-        let partitions: Vec<(String, i32)> = tpl
-            .elements()
-            .iter()
-            .map(|e| (e.topic().to_owned(), e.partition()))
-            .collect();
+    fn release(&self, consumer: &MirrorConsumer, partitions: &[(String, i32)]) {
         if partitions.is_empty() {
             return;
         }
@@ -65,7 +63,7 @@ impl RebalanceContext {
                 );
             }
         }
-        match commit(consumer, &self.shared, Some(&partitions), CommitMode::Sync) {
+        match commit(consumer, &self.shared, Some(partitions), CommitMode::Sync) {
             Ok(n) => tracing::info!(
                 stream,
                 "released {} partitions after flushing and committing {n} offsets in {:?}",
@@ -80,9 +78,45 @@ impl RebalanceContext {
             ),
         }
         let mut tracker = self.shared.tracker();
-        for (topic, partition) in &partitions {
+        for (topic, partition) in partitions {
             tracker.release(topic, *partition);
         }
+    }
+
+    /// Calls the user's listener, if any; its error is fatal for the mirror.
+    fn call_listener(&self, what: &str, call: impl FnOnce(&mut Listener) -> Result<(), String>) {
+        let Some(listener) = &self.listener else {
+            return;
+        };
+        let mut listener = listener.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = call(&mut listener) {
+            self.shared
+                .control
+                .fail(format!("the rebalance listener failed in {what}: {e}"));
+        }
+    }
+}
+
+fn partition_list(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_owned(), e.partition()))
+        .collect()
+}
+
+/// The group member id of `consumer`, as the broker assigned it.
+fn member_id(consumer: &MirrorConsumer) -> String {
+    // SAFETY: the client pointer is valid while `consumer` lives; rd_kafka_memberid returns a
+    // NUL-terminated string that we own and free with rd_kafka_mem_free, or NULL.
+    unsafe {
+        let client = consumer.client().native_ptr();
+        let id = rdkafka::bindings::rd_kafka_memberid(client);
+        if id.is_null() {
+            return String::new();
+        }
+        let owned = std::ffi::CStr::from_ptr(id).to_string_lossy().into_owned();
+        rdkafka::bindings::rd_kafka_mem_free(client, id.cast());
+        owned
     }
 }
 
@@ -134,31 +168,45 @@ impl ClientContext for RebalanceContext {
 }
 
 impl ConsumerContext for RebalanceContext {
+    /// Runs before librdkafka applies the change: a revocation is flushed and committed before
+    /// the partitions are released, and the user's `before_starting_fetchers` runs before an
+    /// assignment starts fetching.
     fn pre_rebalance(&self, consumer: &MirrorConsumer, rebalance: &Rebalance<'_>) {
         match rebalance {
-            Rebalance::Revoke(tpl) => self.release(consumer, tpl),
-            Rebalance::Assign(_) => {}
+            Rebalance::Revoke(tpl) => {
+                let partitions = partition_list(tpl);
+                self.release(consumer, &partitions);
+                if !partitions.is_empty() {
+                    self.call_listener("before_releasing_partitions", |l| {
+                        l.before_releasing_partitions(&partitions)
+                    });
+                }
+            }
+            Rebalance::Assign(tpl) => {
+                let partitions = partition_list(tpl);
+                let list: Vec<String> =
+                    partitions.iter().map(|(t, p)| format!("{t}/{p}")).collect();
+                tracing::info!(
+                    stream = self.shared.stream,
+                    "assigned {} partitions: {}",
+                    list.len(),
+                    list.join(" ")
+                );
+                if !partitions.is_empty() {
+                    let id = member_id(consumer);
+                    self.call_listener("before_starting_fetchers", |l| {
+                        l.before_starting_fetchers(&id, &partitions)
+                    });
+                }
+            }
             Rebalance::Error(e) => {
                 tracing::warn!(stream = self.shared.stream, "rebalance error: {e}")
             }
         }
     }
 
-    fn post_rebalance(&self, _consumer: &MirrorConsumer, rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, _consumer: &MirrorConsumer, _rebalance: &Rebalance<'_>) {
         Stats::add(&self.shared.stats.rebalances, 1);
-        if let Rebalance::Assign(tpl) = rebalance {
-            let list: Vec<String> = tpl
-                .elements()
-                .iter()
-                .map(|e| format!("{}/{}", e.topic(), e.partition()))
-                .collect();
-            tracing::info!(
-                stream = self.shared.stream,
-                "assigned {} partitions: {}",
-                list.len(),
-                list.join(" ")
-            );
-        }
         self.assignment_changed.store(true, Ordering::SeqCst);
     }
 }

@@ -7,6 +7,8 @@ use regex::Regex;
 
 use crate::cli::{MirrorArgs, Partitioning};
 use crate::config::{ClientProps, ConfigError, Role};
+use crate::plugin::{HandlerPlugin, ListenerPlugin, PluginError};
+use std::sync::Arc;
 
 /// A usage or configuration error: the process exits 2.
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +17,8 @@ pub enum SettingsError {
     Config(#[from] ConfigError),
     #[error("--whitelist {pattern:?} is not a valid regex: {message}")]
     Regex { pattern: String, message: String },
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
     #[error("{0}")]
     Usage(String),
 }
@@ -80,6 +84,8 @@ pub struct Settings {
     pub max_in_flight_records: usize,
     /// ...or this many bytes of them.
     pub max_in_flight_bytes: usize,
+    pub handler: Option<Arc<HandlerPlugin>>,
+    pub listener: Option<Arc<ListenerPlugin>>,
 }
 
 /// The producer queue we configure unless the user chose: small enough that memory stays
@@ -107,7 +113,7 @@ impl Settings {
                 .as_deref()
                 .ok_or_else(|| missing("--producer.config"))?,
         )?;
-        Settings::new(
+        let mut settings = Settings::new(
             consumer,
             producer,
             topics,
@@ -121,7 +127,15 @@ impl Settings {
                 topic_refresh_interval: Duration::from_millis(args.topic_refresh_interval_ms),
                 startup_timeout: Duration::from_millis(args.startup_timeout_ms),
             },
-        )
+        )?;
+        // Plugins last: loading runs their code, so only once everything else is valid.
+        if let Some(path) = &args.message_handler {
+            settings.handler = Some(HandlerPlugin::load(path, &args.message_handler_args)?);
+        }
+        if let Some(path) = &args.rebalance_listener {
+            settings.listener = Some(ListenerPlugin::load(path, &args.rebalance_listener_args)?);
+        }
+        Ok(settings)
     }
 
     pub fn new(
@@ -176,6 +190,8 @@ impl Settings {
             startup_timeout: opts.startup_timeout,
             max_in_flight_records: (queue_messages / 2).max(1),
             max_in_flight_bytes: (queue_kbytes * 1024 / 2).max(1),
+            handler: None,
+            listener: None,
         })
     }
 }

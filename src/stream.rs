@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Message, Timestamp};
+use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders, Timestamp};
 use rdkafka::producer::{BaseRecord, Producer};
 
 use crate::cli::Partitioning;
 use crate::control::{Control, ShutdownGate, Stats};
 use crate::offsets::OffsetTracker;
+use crate::plugin::{Handler, PluginError};
 use crate::producer::{DeliveryContext, MirrorProducer, StreamShared};
 use crate::rebalance::{commit, MirrorConsumer, RebalanceContext};
 use crate::settings::Settings;
@@ -40,6 +41,8 @@ pub enum StreamError {
         topics: Vec<String>,
         source: KafkaError,
     },
+    #[error("stream {stream}: {source}")]
+    Plugin { stream: usize, source: PluginError },
     #[error("stream {stream} panicked; see the log above")]
     Panicked { stream: usize },
     #[error("stream {stream}: final commit failed: {source}; the records after the last committed offsets will be mirrored again on restart (duplicates, no loss)")]
@@ -61,6 +64,8 @@ pub struct Stream<'s> {
     consumer: MirrorConsumer,
     subscribed: Vec<String>,
     paused: bool,
+    /// Only this stream's thread calls it; a `RefCell` because records borrow the consumer.
+    handler: std::cell::RefCell<Option<Handler>>,
     /// How long a stream may wait for acknowledgements without polling the consumer.
     stall_limit: Duration,
     gate: Arc<ShutdownGate>,
@@ -93,6 +98,19 @@ impl<'s> Stream<'s> {
                 source,
             })?;
         let producer = Arc::new(producer);
+        let plugin_error = |source| StreamError::Plugin { stream: id, source };
+        let handler = settings
+            .handler
+            .as_ref()
+            .map(|h| h.instance())
+            .transpose()
+            .map_err(plugin_error)?;
+        let listener = settings
+            .listener
+            .as_ref()
+            .map(|l| l.instance().map(std::sync::Mutex::new))
+            .transpose()
+            .map_err(plugin_error)?;
         let consumer: MirrorConsumer = settings
             .consumer
             .client_config()
@@ -102,6 +120,7 @@ impl<'s> Stream<'s> {
                 revoke_flush_timeout: settings.shutdown_timeout,
                 closing: false.into(),
                 assignment_changed: false.into(),
+                listener,
             })
             .map_err(|source| StreamError::Create {
                 stream: id,
@@ -116,6 +135,7 @@ impl<'s> Stream<'s> {
             consumer,
             subscribed: Vec::new(),
             paused: false,
+            handler: std::cell::RefCell::new(handler),
             stall_limit: stall_limit(settings),
             gate,
         })
@@ -305,6 +325,10 @@ impl<'s> Stream<'s> {
         let bytes = message.payload_len() + message.key().map_or(0, <[u8]>::len);
         Stats::add(&stats.consumed, 1);
         Stats::add(&stats.consumed_bytes, bytes as u64);
+        if let Some(handler) = self.handler.borrow_mut().as_mut() {
+            self.mirror_handled(handler, message, bytes);
+            return;
+        }
         let ticket = self.shared.tracker().begin(
             message.topic(),
             message.partition(),
@@ -326,6 +350,57 @@ impl<'s> Stream<'s> {
             record = record.headers(headers.detach());
         }
         self.send(record);
+    }
+
+    /// With a message handler: the source record counts as acknowledged once every record
+    /// the handler made from it is (at once if it made none). A handler error is fatal; the
+    /// failing record is not registered, so the commit point stays before it.
+    fn mirror_handled(&self, handler: &mut Handler, message: &BorrowedMessage<'_>, bytes: usize) {
+        let outputs = match handler.handle(message) {
+            Ok(outputs) => outputs,
+            Err(e) => {
+                self.shared.control.fail(format!(
+                    "the message handler {} failed on {}/{} offset {}: {e}",
+                    handler.path().display(),
+                    message.topic(),
+                    message.partition(),
+                    message.offset()
+                ));
+                return;
+            }
+        };
+        if outputs.is_empty() {
+            Stats::add(&self.shared.stats.filtered, 1);
+        }
+        let ticket = self.shared.tracker().begin(
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            bytes,
+            u32::try_from(outputs.len()).unwrap_or(u32::MAX),
+        );
+        for out in outputs {
+            let mut record: BaseRecord<'_, [u8], [u8], usize> =
+                BaseRecord::with_opaque_to(&out.topic, ticket.to_opaque());
+            record.partition = out.partition.or(match self.settings.partitioning {
+                Partitioning::Preserve => Some(message.partition()),
+                Partitioning::Hash => None,
+            });
+            record.key = out.key.as_deref();
+            record.payload = out.value.as_deref();
+            record.timestamp = out.timestamp;
+            if !out.headers.is_empty() {
+                let mut headers = OwnedHeaders::new_with_capacity(out.headers.len());
+                for (key, value) in &out.headers {
+                    headers = headers.insert(Header {
+                        key,
+                        value: value.as_deref(),
+                    });
+                }
+                record.headers = Some(headers);
+            }
+            self.send(record);
+        }
     }
 
     /// Hands a record to the producer. A full queue (rare: consumption pauses before it fills)

@@ -10,7 +10,7 @@ use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message, Timestamp};
+use rdkafka::message::{BorrowedMessage, Headers, Message, Timestamp};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 /// The fingerprint of one record's content.
@@ -32,13 +32,34 @@ pub fn fingerprint<M: Message>(m: &M) -> u64 {
     h.finish()
 }
 
-/// Reads every record of `topic`/`partition` up to its high watermark (as of the start).
+/// Reads every record of `topic`/`partition` up to its high watermark (as of the start),
+/// as fingerprints.
 pub fn read_partition(
     bootstrap: &str,
     topic: &str,
     partition: i32,
     timeout: Duration,
 ) -> anyhow::Result<Vec<u64>> {
+    read_partition_as(bootstrap, topic, partition, timeout, |m| fingerprint(m))
+}
+
+/// Like [`read_partition`], every field of each record.
+pub fn read_records(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> anyhow::Result<Vec<Record>> {
+    read_partition_as(bootstrap, topic, partition, timeout, |m| Record::of(m))
+}
+
+fn read_partition_as<T>(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+    mut convert: impl FnMut(&BorrowedMessage<'_>) -> T,
+) -> anyhow::Result<Vec<T>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "mirror-maker-verify")
@@ -58,7 +79,7 @@ pub fn read_partition(
     while Instant::now() < deadline {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
-                out.push(fingerprint(&m));
+                out.push(convert(&m));
                 if m.offset() + 1 >= high {
                     return Ok(out);
                 }

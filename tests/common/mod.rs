@@ -324,3 +324,52 @@ impl Drop for Tansu {
         let _ = self.child.wait();
     }
 }
+
+/// The workspace's target directory (where `cargo build` puts the example plugins).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+}
+
+/// Builds a plugin crate of the workspace and returns its shared library.
+pub fn build_plugin(package: &str) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "-p", package])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("running cargo build");
+    assert!(status.success(), "building plugin {package} failed");
+    let lib = target_dir()
+        .join("debug")
+        .join(format!("lib{}.so", package.replace('-', "_")));
+    assert!(lib.exists(), "{} missing after the build", lib.display());
+    lib
+}
+
+/// Builds the C example handler with the system C compiler; `defines` are `-D` flags.
+pub fn build_c_handler(name: &str, defines: &[&str]) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out_dir = target_dir().join("c-plugins");
+    std::fs::create_dir_all(&out_dir).expect("creating target/c-plugins");
+    let lib = out_dir.join(format!("lib{name}.so"));
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(compiler)
+        .args(["-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(root.join("include"))
+        .args(defines.iter().map(|d| format!("-D{d}")))
+        .arg("-o")
+        .arg(&lib)
+        .arg(root.join("examples/c-handler/handler.c"))
+        .status()
+        .expect("running the C compiler (cc)");
+    assert!(status.success(), "compiling the C handler failed");
+    lib
+}
+
+/// Every record of `topic`/`partition` with all its fields (watermark-based: mock clusters).
+pub fn records(bootstrap: &str, topic: &str, partition: i32) -> Vec<mirror_maker::verify::Record> {
+    mirror_maker::verify::read_records(bootstrap, topic, partition, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("reading {topic}/{partition} on {bootstrap}: {e}"))
+}

@@ -1,0 +1,421 @@
+//! User plugins: each example changes exactly what it should; a failing plugin stops the
+//! mirror without losing anything; a bad library is refused before anything is consumed.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use mirror_maker::verify::Record;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+
+use common::*;
+
+const TOPIC: &str = "orders";
+const PARTITIONS: i32 = 2;
+
+struct Clusters {
+    source: MockCluster<'static, DefaultProducerContext>,
+    target: MockCluster<'static, DefaultProducerContext>,
+}
+
+impl Clusters {
+    /// Source and target with `TOPIC` and `extra_target_topics`, `PARTITIONS` each.
+    fn new(extra_target_topics: &[&str]) -> Clusters {
+        let source = MockCluster::new(1).unwrap();
+        let target = MockCluster::new(1).unwrap();
+        source.create_topic(TOPIC, PARTITIONS, 1).unwrap();
+        target.create_topic(TOPIC, PARTITIONS, 1).unwrap();
+        for t in extra_target_topics {
+            target.create_topic(t, PARTITIONS, 1).unwrap();
+        }
+        Clusters { source, target }
+    }
+
+    fn src(&self) -> String {
+        self.source.bootstrap_servers()
+    }
+
+    fn dst(&self) -> String {
+        self.target.bootstrap_servers()
+    }
+
+    fn write(&self, range: std::ops::Range<u64>) {
+        write_samples(&self.src(), TOPIC, range, PARTITIONS, 60).unwrap();
+    }
+
+    fn source_records(&self, partition: i32) -> Vec<Record> {
+        records(&self.src(), TOPIC, partition)
+    }
+
+    fn target_records(&self, topic: &str, partition: i32) -> Vec<Record> {
+        records(&self.dst(), topic, partition)
+    }
+
+    /// Runs a mirror with `plugin_args` until `expected` source offsets are committed, then
+    /// stops it cleanly.
+    fn mirror_until_committed(&self, plugin_args: &[&str], expected: i64) -> String {
+        let dir = tempdir();
+        let (c, p) = mirror_configs(dir.path(), &self.src(), &self.dst(), &[], &[]);
+        let mut args = vec!["--offset.commit.interval.ms", "300"];
+        args.extend_from_slice(plugin_args);
+        let mut mirror = Mirror::start(&c, &p, TOPIC, &args);
+        wait_committed(&mut mirror, &self.src(), TOPIC, PARTITIONS, expected);
+        assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+        mirror.log()
+    }
+}
+
+fn with_header(mut r: Record, name: &str, value: &str) -> Record {
+    r.headers
+        .push((name.to_owned(), Some(value.as_bytes().to_vec())));
+    r
+}
+
+#[test]
+fn the_filter_handler_drops_matching_records_and_nothing_else() {
+    let clusters = Clusters::new(&[]);
+    clusters.write(0..400);
+    let lib = build_plugin("filter-handler");
+    // Keys customer-1, customer-10..19, customer-100..199 are dropped; null keys never match.
+    clusters.mirror_until_committed(
+        &[
+            "--message.handler",
+            lib.to_str().unwrap(),
+            "--message.handler.args",
+            "key=^customer-1",
+        ],
+        400,
+    );
+    let mut dropped = 0;
+    for p in 0..PARTITIONS {
+        let expected: Vec<Record> = clusters
+            .source_records(p)
+            .into_iter()
+            .filter(|r| {
+                !r.key
+                    .as_deref()
+                    .is_some_and(|k| k.starts_with(b"customer-1"))
+            })
+            .collect();
+        let got = clusters.target_records(TOPIC, p);
+        dropped += 200 - expected.len();
+        assert_eq!(got, expected, "partition {p}");
+    }
+    assert!(
+        dropped > 0 && dropped < 400,
+        "the filter dropped {dropped} of 400"
+    );
+}
+
+#[test]
+fn the_rename_handler_renames_the_topic_and_adds_the_provenance_header() {
+    let clusters = Clusters::new(&["eu.orders"]);
+    clusters.write(0..200);
+    let lib = build_plugin("rename-handler");
+    let args = "topic=eu.{topic};header=mirror-source:eu-west";
+    clusters.mirror_until_committed(
+        &[
+            "--message.handler",
+            lib.to_str().unwrap(),
+            "--message.handler.args",
+            args,
+        ],
+        200,
+    );
+    for p in 0..PARTITIONS {
+        let expected: Vec<Record> = clusters
+            .source_records(p)
+            .into_iter()
+            .map(|r| with_header(r, "mirror-source", "eu-west"))
+            .collect();
+        assert_eq!(
+            clusters.target_records("eu.orders", p),
+            expected,
+            "partition {p}"
+        );
+        assert!(
+            clusters.target_records(TOPIC, p).is_empty(),
+            "nothing under the old name"
+        );
+    }
+}
+
+#[test]
+fn the_fan_out_handler_writes_every_record_twice_and_offsets_stay_right_across_a_restart() {
+    let clusters = Clusters::new(&["orders.a", "orders.b"]);
+    let lib = build_plugin("fanout-handler");
+    let plugin = [
+        "--message.handler",
+        lib.to_str().unwrap(),
+        "--message.handler.args",
+        "{topic}.a,{topic}.b",
+    ];
+    clusters.write(0..200);
+    clusters.mirror_until_committed(&plugin, 200);
+    clusters.write(200..400);
+    clusters.mirror_until_committed(&plugin, 400);
+    assert_eq!(
+        committed(&clusters.src(), TOPIC, PARTITIONS),
+        vec![200, 200]
+    );
+    for p in 0..PARTITIONS {
+        let source = clusters.source_records(p);
+        assert_eq!(source.len(), 200);
+        assert_eq!(
+            clusters.target_records("orders.a", p),
+            source,
+            "orders.a/{p}"
+        );
+        assert_eq!(
+            clusters.target_records("orders.b", p),
+            source,
+            "orders.b/{p}"
+        );
+    }
+}
+
+#[test]
+fn the_c_handler_built_against_the_header_adds_its_header() {
+    let clusters = Clusters::new(&[]);
+    clusters.write(0..100);
+    let lib = build_c_handler("c_handler", &[]);
+    clusters.mirror_until_committed(
+        &[
+            "--message.handler",
+            lib.to_str().unwrap(),
+            "--message.handler.args",
+            "from-c",
+        ],
+        100,
+    );
+    for p in 0..PARTITIONS {
+        let expected: Vec<Record> = clusters
+            .source_records(p)
+            .into_iter()
+            .map(|r| with_header(r, "handled-by", "from-c"))
+            .collect();
+        assert_eq!(clusters.target_records(TOPIC, p), expected, "partition {p}");
+    }
+}
+
+fn line_of(log: &str, needle: &str) -> usize {
+    log.lines()
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("{needle:?} not in log:\n{log}"))
+}
+
+#[test]
+fn the_listener_runs_after_the_internal_flush_and_commit() {
+    let clusters = Clusters::new(&[]);
+    clusters.write(0..100);
+    let lib = build_plugin("recording-listener");
+    let log = clusters.mirror_until_committed(
+        &["--consumer.rebalance.listener", lib.to_str().unwrap()],
+        100,
+    );
+    // Assignment: the mirror logs it, then the listener is told before fetching starts.
+    let assigned = line_of(&log, "assigned 2 partitions");
+    let starting = line_of(&log, "recording-listener: before_starting_fetchers");
+    assert!(assigned < starting, "log:\n{log}");
+    assert!(
+        log.lines().nth(starting).unwrap().contains("orders/0")
+            && log.lines().nth(starting).unwrap().contains("orders/1")
+    );
+    // Release at shutdown: flushed and committed first, then the listener.
+    let released = line_of(&log, "released 2 partitions after flushing and committing");
+    let releasing = line_of(&log, "recording-listener: before_releasing_partitions");
+    assert!(released < releasing, "log:\n{log}");
+}
+
+/// Writes 20 records into partition 0 only.
+fn write_twenty(clusters: &Clusters) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", clusters.src())
+        .create()
+        .unwrap();
+    for i in 0..20 {
+        let key = format!("k{i}");
+        producer
+            .send(
+                BaseRecord::<str, str>::to(TOPIC)
+                    .partition(0)
+                    .key(&key)
+                    .payload("v"),
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+}
+
+fn a_failing_handler_stops_the_mirror_before_the_record(args: &str, expected_message: &str) {
+    let clusters = Clusters::new(&[]);
+    write_twenty(&clusters);
+    let lib = build_plugin("faulty-handler");
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        TOPIC,
+        &[
+            "--message.handler",
+            lib.to_str().unwrap(),
+            "--message.handler.args",
+            args,
+        ],
+    );
+    let status = mirror.wait(Duration::from_secs(60));
+    let log = mirror.log();
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("orders/0 offset 5") && last.contains(expected_message),
+        "last line: {last}"
+    );
+    assert_eq!(
+        committed(&clusters.src(), TOPIC, PARTITIONS)[0],
+        5,
+        "committed up to, not past, the failing record"
+    );
+    let target = clusters.target_records(TOPIC, 0);
+    assert_eq!(
+        target,
+        clusters.source_records(0)[..5].to_vec(),
+        "exactly the records before it"
+    );
+}
+
+#[test]
+fn a_panicking_handler_stops_the_mirror_and_loses_nothing() {
+    a_failing_handler_stops_the_mirror_before_the_record(
+        "panic-at=5",
+        "panicked: deliberate panic at offset 5",
+    );
+}
+
+#[test]
+fn an_erroring_handler_stops_the_mirror_and_loses_nothing() {
+    a_failing_handler_stops_the_mirror_before_the_record(
+        "error-at=5",
+        "deliberate error at offset 5",
+    );
+}
+
+/// A bad plugin is refused with exit 2 and one line, within a second, before any broker is
+/// contacted (the configs point at a closed port).
+fn assert_plugin_refused(plugin_args: &[&str], needles: &[&str]) {
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), "127.0.0.1:1", "127.0.0.1:1", &[], &[]);
+    let started = Instant::now();
+    let out = binary()
+        .arg("--consumer.config")
+        .arg(&c)
+        .arg("--producer.config")
+        .arg(&p)
+        .args(["--whitelist", TOPIC])
+        .args(plugin_args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "not one line: {stderr}"
+    );
+    for n in needles {
+        assert!(stderr.contains(n), "{n:?} not in {stderr}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_missing_library_is_refused() {
+    assert_plugin_refused(
+        &["--message.handler", "/nonexistent/libnothing.so"],
+        &["/nonexistent/libnothing.so", "no such file"],
+    );
+}
+
+#[test]
+fn a_library_without_the_entry_symbol_is_refused() {
+    // A listener is not a handler.
+    let lib = build_plugin("recording-listener");
+    assert_plugin_refused(
+        &["--message.handler", lib.to_str().unwrap()],
+        &["mirror_maker_message_handler"],
+    );
+    let handler = build_plugin("filter-handler");
+    assert_plugin_refused(
+        &["--consumer.rebalance.listener", handler.to_str().unwrap()],
+        &["mirror_maker_rebalance_listener"],
+    );
+}
+
+#[test]
+fn a_library_built_for_another_abi_version_is_refused() {
+    let lib = build_c_handler("c_handler_abi99", &["ABI_VERSION=99"]);
+    assert_plugin_refused(
+        &["--message.handler", lib.to_str().unwrap()],
+        &["ABI version 99", "rebuild"],
+    );
+}
+
+#[test]
+fn an_init_that_rejects_its_args_is_refused() {
+    let lib = build_plugin("filter-handler");
+    assert_plugin_refused(
+        &[
+            "--message.handler",
+            lib.to_str().unwrap(),
+            "--message.handler.args",
+            "key=(",
+        ],
+        &["refused its arguments", "key=("],
+    );
+}
+
+#[test]
+fn the_c_header_and_the_rust_abi_agree_on_layout() {
+    use mirror_maker_plugin::ffi;
+    let dir = tempdir();
+    let src = dir.path().join("sizes.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <stddef.h>\n#include \"mirror_maker_plugin.h\"\n\
+         int main(void) { printf(\"%zu %zu %zu %zu %zu %zu %zu\", sizeof(mm_record), sizeof(mm_header), \
+         sizeof(mm_partition), sizeof(mm_error_buf), sizeof(mm_handler_vtable), sizeof(mm_listener_vtable), \
+         offsetof(mm_record, timestamp)); return 0; }\n",
+    )
+    .unwrap();
+    let exe = dir.path().join("sizes");
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+    let status = std::process::Command::new("cc")
+        .arg("-I")
+        .arg(include)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = String::from_utf8(std::process::Command::new(&exe).output().unwrap().stdout).unwrap();
+    let rust = format!(
+        "{} {} {} {} {} {} {}",
+        std::mem::size_of::<ffi::Record>(),
+        std::mem::size_of::<ffi::Header>(),
+        std::mem::size_of::<ffi::Partition>(),
+        std::mem::size_of::<ffi::ErrorBuf>(),
+        std::mem::size_of::<ffi::HandlerVTable>(),
+        std::mem::size_of::<ffi::ListenerVTable>(),
+        std::mem::offset_of!(ffi::Record, timestamp),
+    );
+    assert_eq!(out, rust, "C sizes vs Rust sizes");
+}
