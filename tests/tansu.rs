@@ -14,7 +14,7 @@ use common::*;
 const TOPIC: &str = "events";
 const PARTITIONS: i32 = 2;
 
-fn records(bootstrap: &str, partition: i32) -> Vec<Record> {
+fn records_quiet(bootstrap: &str, partition: i32) -> Vec<Record> {
     read_until_quiet(bootstrap, TOPIC, partition, Duration::from_secs(3)).unwrap()
 }
 
@@ -44,8 +44,8 @@ fn every_field_is_copied_and_a_restarted_mirror_resumes_from_its_commits() {
     );
 
     for partition in 0..PARTITIONS {
-        let from = records(&source.bootstrap, partition);
-        let to = records(&target.bootstrap, partition);
+        let from = records_quiet(&source.bootstrap, partition);
+        let to = records_quiet(&target.bootstrap, partition);
         assert_eq!(from.len(), 600, "source partition {partition}");
         // The sample data has null keys, tombstones, repeated and null-valued headers and
         // explicit timestamps; the target must hold the same records, field by field, in order.
@@ -65,7 +65,52 @@ fn every_field_is_copied_and_a_restarted_mirror_resumes_from_its_commits() {
     }
     // The generator is what the records were made from: the first one is as written.
     let s = sample(0, PARTITIONS, 40);
-    let first_record = &records(&target.bootstrap, 0)[0];
+    let first_record = &records_quiet(&target.bootstrap, 0)[0];
     assert_eq!(first_record.timestamp, Some(s.timestamp));
     assert_eq!(first_record.value, s.value);
+}
+
+#[test]
+fn a_message_handler_renames_and_tags_records_on_tansu() {
+    let source = Tansu::start("plugin-source");
+    let target = Tansu::start("plugin-target");
+    create_topic(&source.bootstrap, TOPIC, PARTITIONS);
+    create_topic(&target.bootstrap, "eu.events", PARTITIONS);
+    let lib = build_plugin("rename-handler");
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &source.bootstrap, &target.bootstrap, &[], &[]);
+    write_samples(&source.bootstrap, TOPIC, 0..400, PARTITIONS, 40).unwrap();
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        TOPIC,
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--message.handler",
+            lib.to_str().unwrap(),
+            "--message.handler.args",
+            "topic=eu.{topic};header=mirror-source:tansu",
+        ],
+    );
+    wait_committed(&mut mirror, &source.bootstrap, TOPIC, PARTITIONS, 400);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    for partition in 0..PARTITIONS {
+        let expected: Vec<Record> = records_quiet(&source.bootstrap, partition)
+            .into_iter()
+            .map(|mut r| {
+                r.headers
+                    .push(("mirror-source".to_owned(), Some(b"tansu".to_vec())));
+                r
+            })
+            .collect();
+        let got = read_until_quiet(
+            &target.bootstrap,
+            "eu.events",
+            partition,
+            Duration::from_secs(3),
+        )
+        .unwrap();
+        assert_eq!(got, expected, "partition {partition}");
+    }
 }
