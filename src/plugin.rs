@@ -101,114 +101,101 @@ fn load_library(kind: &'static str, path: &Path) -> Result<libloading::Library, 
     unsafe { libloading::Library::new(path) }.map_err(|e| load_error(e.to_string()))
 }
 
-/// Looks up the entry symbol and calls it for the vtable.
-fn vtable<T>(
-    kind: &'static str,
-    path: &Path,
-    lib: &libloading::Library,
-    symbol: &'static str,
-) -> Result<&'static T, PluginError> {
-    let missing = || PluginError::Symbol {
-        kind,
-        path: path.to_owned(),
-        symbol,
-    };
-    // SAFETY: the ABI declares the symbol as `const T *symbol(void)`.
-    let entry: libloading::Symbol<'_, unsafe extern "C" fn() -> *const T> =
-        unsafe { lib.get(symbol.as_bytes()) }.map_err(|_| missing())?;
-    // SAFETY: calling the entry point as declared; it returns a pointer to a static vtable
-    // that lives as long as the library, which the plugin keeps loaded for the process.
-    let table = unsafe { entry() };
-    // SAFETY: non-null pointers returned by the entry point point to a static vtable.
-    unsafe { table.as_ref() }.ok_or_else(missing)
-}
-
-/// Checks the version and size fields, which every ABI version keeps first.
-fn check_abi(
-    kind: &'static str,
-    path: &Path,
-    version: u32,
-    size: u32,
-    expected_size: usize,
-) -> Result<(), PluginError> {
-    if version != ffi::ABI_VERSION || size as usize != expected_size {
-        return Err(PluginError::Abi {
-            kind,
-            path: path.to_owned(),
-            found: version,
-            size,
-            expected: ffi::ABI_VERSION,
-            expected_size,
-        });
-    }
-    Ok(())
-}
-
 type InitFn = unsafe extern "C" fn(ffi::Bytes, *mut *mut c_void, *mut ffi::ErrorBuf) -> i32;
+type DestroyFn = unsafe extern "C" fn(*mut c_void);
 
-fn init_instance(
-    kind: &'static str,
-    path: &Path,
-    args: &str,
-    init: InitFn,
-) -> Result<*mut c_void, PluginError> {
-    let mut err = ErrorText::new();
-    let mut instance = std::ptr::null_mut();
-    // SAFETY: `init` is the plugin's, called as the ABI declares; `args` and `err` outlive it.
-    let rc = unsafe {
-        init(
-            ffi::Bytes::from_opt(Some(args.as_bytes())),
-            &mut instance,
-            err.reset(),
-        )
-    };
-    if rc != 0 {
-        return Err(PluginError::Init {
-            kind,
-            path: path.to_owned(),
-            args: args.to_owned(),
-            message: err.take(),
-        });
-    }
-    Ok(instance)
+/// What the host needs of a plugin's vtable, whatever the kind of plugin.
+pub trait VTable: Sync + 'static {
+    const KIND: &'static str;
+    const SYMBOL: &'static str;
+    /// `(abi_version, struct_size)`, the fields every ABI version keeps first.
+    fn version(&self) -> (u32, u32);
+    fn init_fn(&self) -> InitFn;
+    fn destroy_fn(&self) -> DestroyFn;
 }
 
-const HANDLER: &str = "message handler";
-const LISTENER: &str = "rebalance listener";
+impl VTable for ffi::HandlerVTable {
+    const KIND: &'static str = "message handler";
+    const SYMBOL: &'static str = ffi::HANDLER_SYMBOL;
+    fn version(&self) -> (u32, u32) {
+        (self.abi_version, self.struct_size)
+    }
+    fn init_fn(&self) -> InitFn {
+        self.init
+    }
+    fn destroy_fn(&self) -> DestroyFn {
+        self.destroy
+    }
+}
 
-/// A loaded message handler library.
-pub struct HandlerPlugin {
+impl VTable for ffi::ListenerVTable {
+    const KIND: &'static str = "rebalance listener";
+    const SYMBOL: &'static str = ffi::LISTENER_SYMBOL;
+    fn version(&self) -> (u32, u32) {
+        (self.abi_version, self.struct_size)
+    }
+    fn init_fn(&self) -> InitFn {
+        self.init
+    }
+    fn destroy_fn(&self) -> DestroyFn {
+        self.destroy
+    }
+}
+
+/// A loaded and checked plugin library of one kind.
+pub struct Plugin<V: VTable> {
     path: PathBuf,
     args: String,
-    vtable: &'static ffi::HandlerVTable,
+    /// Points into the library, which `_lib` keeps loaded as long as this lives.
+    vtable: &'static V,
     _lib: libloading::Library,
 }
 
-impl std::fmt::Debug for HandlerPlugin {
+pub type HandlerPlugin = Plugin<ffi::HandlerVTable>;
+pub type ListenerPlugin = Plugin<ffi::ListenerVTable>;
+
+impl<V: VTable> std::fmt::Debug for Plugin<V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HandlerPlugin({})", self.path.display())
+        write!(f, "{} {}", V::KIND, self.path.display())
     }
 }
 
-impl HandlerPlugin {
-    /// Loads and checks the library, and tries its `init` once with `args`.
-    pub fn load(path: &Path, args: &str) -> Result<Arc<HandlerPlugin>, PluginError> {
-        let lib = load_library(HANDLER, path)?;
-        let vtable: &'static ffi::HandlerVTable = vtable(HANDLER, path, &lib, ffi::HANDLER_SYMBOL)?;
-        check_abi(
-            HANDLER,
-            path,
-            vtable.abi_version,
-            vtable.struct_size,
-            std::mem::size_of::<ffi::HandlerVTable>(),
-        )?;
-        let plugin = Arc::new(HandlerPlugin {
+impl<V: VTable> Plugin<V> {
+    /// Loads the library, checks its entry symbol and ABI, and tries its `init` once with
+    /// `args`, so that every way a plugin can be wrong shows before anything is consumed.
+    pub fn load(path: &Path, args: &str) -> Result<Arc<Plugin<V>>, PluginError> {
+        let kind = V::KIND;
+        let lib = load_library(kind, path)?;
+        let missing = || PluginError::Symbol {
+            kind,
+            path: path.to_owned(),
+            symbol: V::SYMBOL,
+        };
+        // SAFETY: the ABI declares the symbol as `const V *symbol(void)`.
+        let entry: libloading::Symbol<'_, unsafe extern "C" fn() -> *const V> =
+            unsafe { lib.get(V::SYMBOL.as_bytes()) }.map_err(|_| missing())?;
+        // SAFETY: calling the entry point as declared; a non-null result points to a static
+        // vtable in the library, which `Plugin` keeps loaded for as long as it is used.
+        let vtable: &'static V = unsafe { entry().as_ref() }.ok_or_else(missing)?;
+        let (found, size) = vtable.version();
+        let expected_size = std::mem::size_of::<V>();
+        if found != ffi::ABI_VERSION || size as usize != expected_size {
+            return Err(PluginError::Abi {
+                kind,
+                path: path.to_owned(),
+                found,
+                size,
+                expected: ffi::ABI_VERSION,
+                expected_size,
+            });
+        }
+        let plugin = Arc::new(Plugin {
             path: path.to_owned(),
             args: args.to_owned(),
             vtable,
             _lib: lib,
         });
-        drop(plugin.instance()?);
+        drop(plugin.new_instance()?);
         Ok(plugin)
     }
 
@@ -216,14 +203,58 @@ impl HandlerPlugin {
         &self.path
     }
 
-    /// A new instance for one stream.
-    pub fn instance(self: &Arc<Self>) -> Result<Handler, PluginError> {
-        let ptr = init_instance(HANDLER, &self.path, &self.args, self.vtable.init)?;
-        Ok(Handler {
+    fn new_instance(self: &Arc<Self>) -> Result<Instance<V>, PluginError> {
+        let mut err = ErrorText::new();
+        let mut ptr = std::ptr::null_mut();
+        let args = ffi::Bytes::from_opt(Some(self.args.as_bytes()));
+        // SAFETY: the plugin's `init`, called as the ABI declares; `args`, `ptr` and `err`
+        // outlive the call.
+        let rc = unsafe { (self.vtable.init_fn())(args, &mut ptr, err.reset()) };
+        if rc != 0 {
+            return Err(PluginError::Init {
+                kind: V::KIND,
+                path: self.path.clone(),
+                args: self.args.clone(),
+                message: err.take(),
+            });
+        }
+        Ok(Instance {
             plugin: self.clone(),
             ptr,
+        })
+    }
+}
+
+/// An instance made by a plugin's `init`, destroyed when dropped.
+struct Instance<V: VTable> {
+    plugin: Arc<Plugin<V>>,
+    ptr: *mut c_void,
+}
+
+impl<V: VTable> Drop for Instance<V> {
+    fn drop(&mut self) {
+        // SAFETY: made by this plugin's `init`, destroyed once.
+        unsafe { (self.plugin.vtable.destroy_fn())(self.ptr) };
+    }
+}
+
+impl HandlerPlugin {
+    /// A new instance for one stream.
+    pub fn instance(self: &Arc<Self>) -> Result<Handler, PluginError> {
+        Ok(Handler {
+            instance: self.new_instance()?,
             headers: Vec::new(),
             out: Vec::new(),
+            err: ErrorText::new(),
+        })
+    }
+}
+
+impl ListenerPlugin {
+    /// A new instance for one stream.
+    pub fn instance(self: &Arc<Self>) -> Result<Listener, PluginError> {
+        Ok(Listener {
+            instance: self.new_instance()?,
             err: ErrorText::new(),
         })
     }
@@ -242,20 +273,21 @@ pub struct Emitted {
 
 /// One stream's handler instance.
 pub struct Handler {
-    plugin: Arc<HandlerPlugin>,
-    ptr: *mut c_void,
+    instance: Instance<ffi::HandlerVTable>,
+    /// Views of the current record's headers, valid during one `handle` call only.
     headers: Vec<ffi::Header>,
     out: Vec<Emitted>,
     err: Box<ErrorText>,
 }
 
 // SAFETY: the plugin contract lets an instance be used from any thread, one at a time; the
-// stream that owns a `Handler` is the only one that calls it.
+// stream that owns a `Handler` is the only one that calls it. The header views are cleared
+// before each call and never read outside it.
 unsafe impl Send for Handler {}
 
 impl Handler {
     pub fn path(&self) -> &Path {
-        &self.plugin.path
+        self.instance.plugin.path()
     }
 
     /// Runs the handler on one consumed record; returns what it emitted.
@@ -285,8 +317,8 @@ impl Handler {
         // SAFETY: the vtable's `handle` as the ABI declares; `record`, the headers it points
         // to, the emit context and the error buffer all outlive the call.
         let rc = unsafe {
-            (self.plugin.vtable.handle)(
-                self.ptr,
+            (self.instance.plugin.vtable.handle)(
+                self.instance.ptr,
                 &record,
                 copy_emitted,
                 ctx.cast(),
@@ -297,13 +329,6 @@ impl Handler {
             return Err(self.err.take());
         }
         Ok(&self.out)
-    }
-}
-
-impl Drop for Handler {
-    fn drop(&mut self) {
-        // SAFETY: made by this plugin's `init`, destroyed once.
-        unsafe { (self.plugin.vtable.destroy)(self.ptr) };
     }
 }
 
@@ -354,56 +379,9 @@ unsafe extern "C" fn copy_emitted(ctx: *mut c_void, record: *const ffi::Record) 
     }
 }
 
-/// A loaded rebalance listener library.
-pub struct ListenerPlugin {
-    path: PathBuf,
-    args: String,
-    vtable: &'static ffi::ListenerVTable,
-    _lib: libloading::Library,
-}
-
-impl std::fmt::Debug for ListenerPlugin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ListenerPlugin({})", self.path.display())
-    }
-}
-
-impl ListenerPlugin {
-    pub fn load(path: &Path, args: &str) -> Result<Arc<ListenerPlugin>, PluginError> {
-        let lib = load_library(LISTENER, path)?;
-        let vtable: &'static ffi::ListenerVTable =
-            vtable(LISTENER, path, &lib, ffi::LISTENER_SYMBOL)?;
-        check_abi(
-            LISTENER,
-            path,
-            vtable.abi_version,
-            vtable.struct_size,
-            std::mem::size_of::<ffi::ListenerVTable>(),
-        )?;
-        let plugin = Arc::new(ListenerPlugin {
-            path: path.to_owned(),
-            args: args.to_owned(),
-            vtable,
-            _lib: lib,
-        });
-        drop(plugin.instance()?);
-        Ok(plugin)
-    }
-
-    pub fn instance(self: &Arc<Self>) -> Result<Listener, PluginError> {
-        let ptr = init_instance(LISTENER, &self.path, &self.args, self.vtable.init)?;
-        Ok(Listener {
-            plugin: self.clone(),
-            ptr,
-            err: ErrorText::new(),
-        })
-    }
-}
-
 /// One stream's listener instance.
 pub struct Listener {
-    plugin: Arc<ListenerPlugin>,
-    ptr: *mut c_void,
+    instance: Instance<ffi::ListenerVTable>,
     err: Box<ErrorText>,
 }
 
@@ -429,8 +407,8 @@ impl Listener {
         // SAFETY: the vtable's function as the ABI declares; `raw` (and the strings it views)
         // and the error buffer outlive the call.
         let rc = unsafe {
-            (self.plugin.vtable.before_releasing_partitions)(
-                self.ptr,
+            (self.instance.plugin.vtable.before_releasing_partitions)(
+                self.instance.ptr,
                 raw.as_ptr(),
                 raw.len(),
                 self.err.reset(),
@@ -451,8 +429,8 @@ impl Listener {
         let raw = raw_partitions(partitions);
         // SAFETY: as above.
         let rc = unsafe {
-            (self.plugin.vtable.before_starting_fetchers)(
-                self.ptr,
+            (self.instance.plugin.vtable.before_starting_fetchers)(
+                self.instance.ptr,
                 ffi::Bytes::from_opt(Some(consumer_id.as_bytes())),
                 raw.as_ptr(),
                 raw.len(),
@@ -464,12 +442,5 @@ impl Listener {
         } else {
             Err(self.err.take())
         }
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        // SAFETY: made by this plugin's `init`, destroyed once.
-        unsafe { (self.plugin.vtable.destroy)(self.ptr) };
     }
 }

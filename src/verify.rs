@@ -53,6 +53,17 @@ pub fn read_records(
     read_partition_as(bootstrap, topic, partition, timeout, |m| Record::of(m))
 }
 
+/// A consumer for reading partitions by assignment (it never commits).
+fn reader(bootstrap: &str) -> anyhow::Result<BaseConsumer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "mirror-maker-verify")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "10")
+        .set("log_level", "3")
+        .create()?)
+}
+
 fn read_partition_as<T>(
     bootstrap: &str,
     topic: &str,
@@ -60,13 +71,7 @@ fn read_partition_as<T>(
     timeout: Duration,
     mut convert: impl FnMut(&BorrowedMessage<'_>) -> T,
 ) -> anyhow::Result<Vec<T>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "mirror-maker-verify")
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "10")
-        .set("log_level", "3")
-        .create()?;
+    let consumer = reader(bootstrap)?;
     let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
     let mut out = Vec::with_capacity(usize::try_from(high - low).unwrap_or(0));
     if high <= low {
@@ -132,13 +137,7 @@ pub fn read_until_quiet(
     partition: i32,
     quiet: Duration,
 ) -> anyhow::Result<Vec<Record>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "mirror-maker-verify")
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "10")
-        .set("log_level", "3")
-        .create()?;
+    let consumer = reader(bootstrap)?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, Offset::Beginning)?;
     consumer.assign(&tpl)?;
