@@ -5,7 +5,6 @@ mod common;
 
 use std::time::Duration;
 
-use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::ClientConfig;
@@ -14,49 +13,9 @@ use common::*;
 
 const TOPIC: &str = "orders";
 
-struct Clusters {
-    source: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
-    target: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
-    partitions: i32,
-}
-
-impl Clusters {
-    fn new(partitions: i32) -> Clusters {
-        let source = MockCluster::new(1).unwrap();
-        let target = MockCluster::new(1).unwrap();
-        source.create_topic(TOPIC, partitions, 1).unwrap();
-        target.create_topic(TOPIC, partitions, 1).unwrap();
-        Clusters {
-            source,
-            target,
-            partitions,
-        }
-    }
-
-    fn src(&self) -> String {
-        self.source.bootstrap_servers()
-    }
-
-    fn dst(&self) -> String {
-        self.target.bootstrap_servers()
-    }
-
-    fn write(&self, range: std::ops::Range<u64>) {
-        write_samples(&self.src(), TOPIC, range, self.partitions, 100).unwrap();
-    }
-
-    fn compare(&self) -> Comparison {
-        compare_topic(&self.src(), &self.dst(), TOPIC, self.partitions).unwrap()
-    }
-
-    fn committed(&self) -> Vec<i64> {
-        committed(&self.src(), TOPIC, self.partitions)
-    }
-}
-
 #[test]
 fn every_record_is_copied_faithfully_and_shutdown_commits_what_was_acknowledged() {
-    let clusters = Clusters::new(4);
+    let clusters = MockPair::new(TOPIC, 4);
     clusters.write(0..3000);
     let dir = tempdir();
     let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
@@ -90,7 +49,7 @@ fn every_record_is_copied_faithfully_and_shutdown_commits_what_was_acknowledged(
 
 #[test]
 fn a_mirror_killed_mid_stream_resumes_from_its_commits_without_loss() {
-    let clusters = Clusters::new(4);
+    let clusters = MockPair::new(TOPIC, 4);
     clusters.write(0..20000);
     // A slow target and a small producer queue make the copy take seconds.
     clusters
@@ -129,7 +88,7 @@ fn a_mirror_killed_mid_stream_resumes_from_its_commits_without_loss() {
 
 #[test]
 fn offsets_are_committed_on_the_interval_while_running() {
-    let clusters = Clusters::new(2);
+    let clusters = MockPair::new(TOPIC, 2);
     clusters.write(0..1000);
     let dir = tempdir();
     let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
@@ -143,7 +102,7 @@ fn offsets_are_committed_on_the_interval_while_running() {
 
 #[test]
 fn a_small_producer_queue_slows_the_mirror_down_and_loses_nothing() {
-    let clusters = Clusters::new(4);
+    let clusters = MockPair::new(TOPIC, 4);
     clusters.write(0..5000);
     // A tiny producer queue and a slow target: the stream keeps waiting for room.
     clusters
@@ -167,7 +126,7 @@ fn a_small_producer_queue_slows_the_mirror_down_and_loses_nothing() {
 
 #[test]
 fn a_target_outage_pauses_consumption_keeps_the_group_and_loses_nothing() {
-    let clusters = Clusters::new(2);
+    let clusters = MockPair::new(TOPIC, 2);
     clusters.write(0..1000);
     let dir = tempdir();
     // max.poll.interval.ms is 10 s (FAST_GROUP): the stream pauses after 3.3 s without acks
@@ -211,7 +170,7 @@ fn a_target_outage_pauses_consumption_keeps_the_group_and_loses_nothing() {
 
 #[test]
 fn a_shutdown_while_the_target_is_down_commits_only_what_was_acknowledged_and_exits_0() {
-    let clusters = Clusters::new(2);
+    let clusters = MockPair::new(TOPIC, 2);
     clusters.write(0..1000);
     let dir = tempdir();
     let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
@@ -249,7 +208,7 @@ fn a_shutdown_while_the_target_is_down_commits_only_what_was_acknowledged_and_ex
 
 #[test]
 fn topics_that_start_matching_while_running_are_mirrored() {
-    let clusters = Clusters::new(1);
+    let clusters = MockPair::new(TOPIC, 1);
     clusters.write(0..100);
     let dir = tempdir();
     let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
@@ -280,7 +239,7 @@ fn small_message_limit() -> [(&'static str, &'static str); 1] {
 }
 
 /// Writes records 0..20 (small) into partition 0 with record 5 too large for the mirror.
-fn write_with_oversized_record(clusters: &Clusters) {
+fn write_with_oversized_record(clusters: &MockPair) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", clusters.src())
         .create()
@@ -306,7 +265,7 @@ fn write_with_oversized_record(clusters: &Clusters) {
 
 #[test]
 fn a_non_retriable_send_failure_aborts_and_commits_only_before_the_failed_record() {
-    let clusters = Clusters::new(1);
+    let clusters = MockPair::new(TOPIC, 1);
     write_with_oversized_record(&clusters);
     let dir = tempdir();
     let (c, p) = mirror_configs(
@@ -334,7 +293,7 @@ fn a_non_retriable_send_failure_aborts_and_commits_only_before_the_failed_record
 
 #[test]
 fn skip_mode_drops_the_failed_record_counts_it_and_goes_on() {
-    let clusters = Clusters::new(1);
+    let clusters = MockPair::new(TOPIC, 1);
     write_with_oversized_record(&clusters);
     let dir = tempdir();
     let (c, p) = mirror_configs(
@@ -372,7 +331,7 @@ fn skip_mode_drops_the_failed_record_counts_it_and_goes_on() {
 
 #[test]
 fn a_broker_side_non_retriable_error_aborts_without_committing_past_it() {
-    let clusters = Clusters::new(1);
+    let clusters = MockPair::new(TOPIC, 1);
     clusters.write(0..200);
     // The target refuses the first produce request for good.
     clusters.target.request_errors(
@@ -398,7 +357,7 @@ fn a_broker_side_non_retriable_error_aborts_without_committing_past_it() {
 
 #[test]
 fn retriable_produce_errors_are_retried_without_loss() {
-    let clusters = Clusters::new(2);
+    let clusters = MockPair::new(TOPIC, 2);
     clusters.write(0..2000);
     clusters.target.request_errors(
         RDKafkaApiKey::Produce,
@@ -421,7 +380,7 @@ fn retriable_produce_errors_are_retried_without_loss() {
 
 #[test]
 fn user_settings_are_used_as_given_when_no_data_loss_is_off() {
-    let clusters = Clusters::new(1);
+    let clusters = MockPair::new(TOPIC, 1);
     clusters.write(0..100);
     let dir = tempdir();
     let (c, p) = mirror_configs(
@@ -462,7 +421,7 @@ const JAVA_MURMUR2: &[(&str, i32)] = &[
 
 #[test]
 fn hash_partitioning_places_keyed_records_as_a_java_producer_would() {
-    let clusters = Clusters::new(1);
+    let clusters = MockPair::new(TOPIC, 1);
     // One source partition mirrored to a target with 7: preserve would put all in 0.
     let target_partitions = 7;
     clusters
@@ -558,7 +517,7 @@ fn keys_by_partition(
 
 #[test]
 fn preserve_partitioning_with_too_few_target_partitions_is_a_clear_error() {
-    let clusters = Clusters::new(1);
+    let clusters = MockPair::new(TOPIC, 1);
     clusters.source.create_topic("wide", 4, 1).unwrap();
     clusters.target.create_topic("wide", 2, 1).unwrap();
     write_samples(&clusters.src(), "wide", 0..40, 4, 50).unwrap();
@@ -579,7 +538,7 @@ fn preserve_partitioning_with_too_few_target_partitions_is_a_clear_error() {
 /// Two instances in one group: one starts, a second joins, the first leaves, while records
 /// keep arriving. Returns the comparison of source and target at the end.
 fn two_instances_share_the_work(strategy: &str) -> Comparison {
-    let clusters = Clusters::new(8);
+    let clusters = MockPair::new(TOPIC, 8);
     let dir = tempdir();
     let (c, p) = mirror_configs(
         dir.path(),

@@ -7,64 +7,14 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mirror_maker::verify::Record;
-use rdkafka::mocking::MockCluster;
-use rdkafka::producer::DefaultProducerContext;
 
 use common::*;
 
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 2;
 
-struct Clusters {
-    source: MockCluster<'static, DefaultProducerContext>,
-    target: MockCluster<'static, DefaultProducerContext>,
-}
-
-impl Clusters {
-    /// Source and target with `TOPIC` and `extra_target_topics`, `PARTITIONS` each.
-    fn new(extra_target_topics: &[&str]) -> Clusters {
-        let source = MockCluster::new(1).unwrap();
-        let target = MockCluster::new(1).unwrap();
-        source.create_topic(TOPIC, PARTITIONS, 1).unwrap();
-        target.create_topic(TOPIC, PARTITIONS, 1).unwrap();
-        for t in extra_target_topics {
-            target.create_topic(t, PARTITIONS, 1).unwrap();
-        }
-        Clusters { source, target }
-    }
-
-    fn src(&self) -> String {
-        self.source.bootstrap_servers()
-    }
-
-    fn dst(&self) -> String {
-        self.target.bootstrap_servers()
-    }
-
-    fn write(&self, range: std::ops::Range<u64>) {
-        write_samples(&self.src(), TOPIC, range, PARTITIONS, 60).unwrap();
-    }
-
-    fn source_records(&self, partition: i32) -> Vec<Record> {
-        records(&self.src(), TOPIC, partition)
-    }
-
-    fn target_records(&self, topic: &str, partition: i32) -> Vec<Record> {
-        records(&self.dst(), topic, partition)
-    }
-
-    /// Runs a mirror with `plugin_args` until `expected` source offsets are committed, then
-    /// stops it cleanly.
-    fn mirror_until_committed(&self, plugin_args: &[&str], expected: i64) -> String {
-        let dir = tempdir();
-        let (c, p) = mirror_configs(dir.path(), &self.src(), &self.dst(), &[], &[]);
-        let mut args = vec!["--offset.commit.interval.ms", "300"];
-        args.extend_from_slice(plugin_args);
-        let mut mirror = Mirror::start(&c, &p, TOPIC, &args);
-        wait_committed(&mut mirror, &self.src(), TOPIC, PARTITIONS, expected);
-        assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
-        mirror.log()
-    }
+fn clusters(extra_target_topics: &[&str]) -> MockPair {
+    MockPair::new(TOPIC, PARTITIONS).with_target_topics(extra_target_topics)
 }
 
 fn with_header(mut r: Record, name: &str, value: &str) -> Record {
@@ -75,7 +25,7 @@ fn with_header(mut r: Record, name: &str, value: &str) -> Record {
 
 #[test]
 fn the_filter_handler_drops_matching_records_and_nothing_else() {
-    let clusters = Clusters::new(&[]);
+    let clusters = clusters(&[]);
     clusters.write(0..400);
     let lib = build_plugin("filter-handler");
     // Keys customer-1, customer-10..19, customer-100..199 are dropped; null keys never match.
@@ -111,7 +61,7 @@ fn the_filter_handler_drops_matching_records_and_nothing_else() {
 
 #[test]
 fn the_rename_handler_renames_the_topic_and_adds_the_provenance_header() {
-    let clusters = Clusters::new(&["eu.orders"]);
+    let clusters = clusters(&["eu.orders"]);
     clusters.write(0..200);
     let lib = build_plugin("rename-handler");
     let args = "topic=eu.{topic};header=mirror-source:eu-west";
@@ -144,7 +94,7 @@ fn the_rename_handler_renames_the_topic_and_adds_the_provenance_header() {
 
 #[test]
 fn the_fan_out_handler_writes_every_record_twice_and_offsets_stay_right_across_a_restart() {
-    let clusters = Clusters::new(&["orders.a", "orders.b"]);
+    let clusters = clusters(&["orders.a", "orders.b"]);
     let lib = build_plugin("fanout-handler");
     let plugin = [
         "--message.handler",
@@ -178,7 +128,7 @@ fn the_fan_out_handler_writes_every_record_twice_and_offsets_stay_right_across_a
 
 #[test]
 fn the_c_handler_built_against_the_header_adds_its_header() {
-    let clusters = Clusters::new(&[]);
+    let clusters = clusters(&[]);
     clusters.write(0..100);
     let lib = build_c_handler("c_handler", &[]);
     clusters.mirror_until_committed(
@@ -208,7 +158,7 @@ fn line_of(log: &str, needle: &str) -> usize {
 
 #[test]
 fn the_listener_runs_after_the_internal_flush_and_commit() {
-    let clusters = Clusters::new(&[]);
+    let clusters = clusters(&[]);
     clusters.write(0..100);
     let lib = build_plugin("recording-listener");
     let log = clusters.mirror_until_committed(
@@ -230,7 +180,7 @@ fn the_listener_runs_after_the_internal_flush_and_commit() {
 }
 
 /// Writes 20 records into partition 0 only.
-fn write_twenty(clusters: &Clusters) {
+fn write_twenty(clusters: &MockPair) {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let producer: BaseProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", clusters.src())
@@ -251,7 +201,7 @@ fn write_twenty(clusters: &Clusters) {
 }
 
 fn a_failing_handler_stops_the_mirror_before_the_record(args: &str, expected_message: &str) {
-    let clusters = Clusters::new(&[]);
+    let clusters = clusters(&[]);
     write_twenty(&clusters);
     let lib = build_plugin("faulty-handler");
     let dir = tempdir();

@@ -63,6 +63,8 @@ pub struct Mirror {
     child: Child,
     log: PathBuf,
     _dir: tempfile::TempDir,
+    /// The config files, when the harness wrote them for this mirror.
+    pub _configs: Option<tempfile::TempDir>,
 }
 
 pub fn binary() -> Command {
@@ -101,6 +103,7 @@ impl Mirror {
             child,
             log,
             _dir: dir,
+            _configs: None,
         }
     }
 
@@ -372,4 +375,109 @@ pub fn build_c_handler(name: &str, defines: &[&str]) -> PathBuf {
 pub fn records(bootstrap: &str, topic: &str, partition: i32) -> Vec<mirror_maker::verify::Record> {
     mirror_maker::verify::read_records(bootstrap, topic, partition, Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("reading {topic}/{partition} on {bootstrap}: {e}"))
+}
+
+/// A source and a target mock cluster (librdkafka's, in this process), each with `topic` in
+/// `partitions` partitions.
+pub struct MockPair {
+    pub source: rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    pub target: rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    pub topic: &'static str,
+    pub partitions: i32,
+}
+
+impl MockPair {
+    pub fn new(topic: &'static str, partitions: i32) -> MockPair {
+        let source = rdkafka::mocking::MockCluster::new(1).expect("a mock source cluster");
+        let target = rdkafka::mocking::MockCluster::new(1).expect("a mock target cluster");
+        source
+            .create_topic(topic, partitions, 1)
+            .expect("creating the source topic");
+        target
+            .create_topic(topic, partitions, 1)
+            .expect("creating the target topic");
+        MockPair {
+            source,
+            target,
+            topic,
+            partitions,
+        }
+    }
+
+    /// Also creates `topics` on the target, with as many partitions.
+    pub fn with_target_topics(self, topics: &[&str]) -> MockPair {
+        for t in topics {
+            self.target
+                .create_topic(t, self.partitions, 1)
+                .expect("creating a target topic");
+        }
+        self
+    }
+
+    pub fn src(&self) -> String {
+        self.source.bootstrap_servers()
+    }
+
+    pub fn dst(&self) -> String {
+        self.target.bootstrap_servers()
+    }
+
+    /// Writes sample records `range` (see `mirror_maker::demo::sample`) into the source topic.
+    pub fn write(&self, range: std::ops::Range<u64>) {
+        write_samples(&self.src(), self.topic, range, self.partitions, 100)
+            .expect("writing samples");
+    }
+
+    pub fn compare(&self) -> Comparison {
+        compare_topic(&self.src(), &self.dst(), self.topic, self.partitions).expect("comparing")
+    }
+
+    pub fn committed(&self) -> Vec<i64> {
+        committed(&self.src(), self.topic, self.partitions)
+    }
+
+    pub fn source_records(&self, partition: i32) -> Vec<mirror_maker::verify::Record> {
+        records(&self.src(), self.topic, partition)
+    }
+
+    pub fn target_records(&self, topic: &str, partition: i32) -> Vec<mirror_maker::verify::Record> {
+        records(&self.dst(), topic, partition)
+    }
+
+    /// Starts a mirror of the source topic with these client settings and flags.
+    pub fn start(
+        &self,
+        consumer_extra: &[(&str, &str)],
+        producer_extra: &[(&str, &str)],
+        args: &[&str],
+    ) -> Mirror {
+        let dir = tempdir();
+        let (c, p) = mirror_configs(
+            dir.path(),
+            &self.src(),
+            &self.dst(),
+            consumer_extra,
+            producer_extra,
+        );
+        let mut mirror = Mirror::start(&c, &p, self.topic, args);
+        mirror._configs = Some(dir);
+        mirror
+    }
+
+    /// Runs a mirror with `args` until `expected` source offsets are committed, stops it
+    /// cleanly, and returns its log.
+    pub fn mirror_until_committed(&self, args: &[&str], expected: i64) -> String {
+        let mut all = vec!["--offset.commit.interval.ms", "300"];
+        all.extend_from_slice(args);
+        let mut mirror = self.start(&[], &[], &all);
+        wait_committed(
+            &mut mirror,
+            &self.src(),
+            self.topic,
+            self.partitions,
+            expected,
+        );
+        assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+        mirror.log()
+    }
 }
