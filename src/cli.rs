@@ -31,6 +31,52 @@ pub struct Cli {
 pub enum Command {
     /// Mirror sample records between two embedded Kafka-protocol clusters and verify the copy.
     Demo(DemoArgs),
+    /// Compare source topics with their mirror record by record. Exit 0 if nothing is missing,
+    /// changed, out of order or misplaced (duplicates are reported, not failures), 1 otherwise.
+    Verify(VerifyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The mirror's consumer config (source cluster; its group.id for --until committed).
+    #[arg(long = "consumer.config", value_name = "FILE")]
+    pub consumer_config: PathBuf,
+
+    /// The mirror's producer config (target cluster).
+    #[arg(long = "producer.config", value_name = "FILE")]
+    pub producer_config: PathBuf,
+
+    /// Source topics to check (the whole name must match, as for the mirror).
+    #[arg(long = "whitelist", visible_alias = "include", value_name = "REGEX")]
+    pub whitelist: String,
+
+    /// Check from this source offset in every partition (default: the beginning).
+    #[arg(
+        long = "from.offset",
+        value_name = "OFFSET",
+        conflicts_with = "from_time"
+    )]
+    pub from_offset: Option<i64>,
+
+    /// Check from the first record at or after this time (milliseconds since the epoch).
+    #[arg(long = "from.time", value_name = "MS")]
+    pub from_time: Option<i64>,
+
+    /// Check up to the source's end, or up to what the mirror committed (a live mirror).
+    #[arg(long = "until", value_enum, default_value_t = crate::verify::Until::End)]
+    pub until: crate::verify::Until,
+
+    /// As the mirror's --partitioning: with preserve, records must sit in the same partition.
+    #[arg(long = "partitioning", value_enum, default_value_t = Partitioning::Preserve)]
+    pub partitioning: Partitioning,
+
+    /// Give up when a cluster sends nothing for this long while records are due.
+    #[arg(long = "timeout.ms", value_name = "MS", default_value_t = 30_000)]
+    pub timeout_ms: u64,
+
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -253,6 +253,27 @@ impl ClientProps {
             })
     }
 
+    /// Only what it takes to connect (address, security, client id), for short-lived helper
+    /// clients such as start-up probes and verification readers.
+    pub fn connection_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        for (k, v) in &self.props {
+            let connection = k == "bootstrap.servers"
+                || k == "client.id"
+                || k.starts_with("security.")
+                || k.starts_with("ssl.")
+                || k.starts_with("sasl.")
+                || k.starts_with("broker.")
+                || k.starts_with("socket.")
+                || k.starts_with("api.version");
+            if connection {
+                config.set(k, v);
+            }
+        }
+        config.set("log_level", "3");
+        config
+    }
+
     pub fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
         for (k, v) in &self.props {

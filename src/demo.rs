@@ -60,11 +60,12 @@ pub fn sample(i: u64, partitions: i32, value_bytes: usize) -> Sample {
     }
 }
 
-/// Writes `samples` records into `topic` on the cluster at `bootstrap`.
+/// Writes the sample records `indices` (in that order) into `topic` on the cluster at
+/// `bootstrap`.
 pub fn write_samples(
     bootstrap: &str,
     topic: &str,
-    range: std::ops::Range<u64>,
+    indices: impl IntoIterator<Item = u64>,
     partitions: i32,
     value_bytes: usize,
 ) -> anyhow::Result<()> {
@@ -73,7 +74,7 @@ pub fn write_samples(
         .set("linger.ms", "5")
         .set("log_level", "3")
         .create()?;
-    for i in range {
+    for i in indices {
         let s = sample(i, partitions, value_bytes);
         let mut headers = OwnedHeaders::new_with_capacity(s.headers.len());
         for (k, v) in &s.headers {

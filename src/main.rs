@@ -46,7 +46,42 @@ fn main() -> ExitCode {
                 ExitCode::from(RUNTIME_FAILURE)
             }
         },
+        Some(Command::Verify(args)) => run_verify(&args),
         None => run_mirror(&cli.mirror),
+    }
+}
+
+fn run_verify(args: &mirror_maker::cli::VerifyArgs) -> ExitCode {
+    let verification = match mirror_maker::verify::Verification::from_args(args) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(BAD_USAGE);
+        }
+    };
+    match mirror_maker::verify::verify(&verification) {
+        Ok(report) => {
+            if args.json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(json) => println!("{json}"),
+                    Err(e) => {
+                        eprintln!("error: cannot write the report as JSON: {e}");
+                        return ExitCode::from(RUNTIME_FAILURE);
+                    }
+                }
+            } else {
+                print!("{}", report.render());
+            }
+            if report.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(RUNTIME_FAILURE)
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(RUNTIME_FAILURE)
+        }
     }
 }
 

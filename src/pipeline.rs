@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::producer::{BaseProducer, Producer};
-use rdkafka::ClientConfig;
 
 use crate::control::{Control, ShutdownGate, Stats};
 use crate::settings::Settings;
@@ -141,7 +140,9 @@ fn unreachable(settings: &Settings, source: bool, reason: String) -> MirrorError
 /// Lists the source's matching topics, waiting at most `startup.timeout.ms` for an answer.
 fn probe_source(settings: &Settings) -> Result<Vec<String>, MirrorError> {
     // A consumer that never subscribes does not join the group.
-    let consumer: BaseConsumer = probe_config(&settings.consumer)
+    let consumer: BaseConsumer = settings
+        .consumer
+        .connection_config()
         .create()
         .map_err(|e| unreachable(settings, true, e.to_string()))?;
     matching_topics(&consumer, settings, settings.startup_timeout)
@@ -149,7 +150,9 @@ fn probe_source(settings: &Settings) -> Result<Vec<String>, MirrorError> {
 }
 
 fn probe_target(settings: &Settings) -> Result<(), MirrorError> {
-    let producer: BaseProducer = probe_config(&settings.producer)
+    let producer: BaseProducer = settings
+        .producer
+        .connection_config()
         .create()
         .map_err(|e| unreachable(settings, false, e.to_string()))?;
     producer
@@ -157,24 +160,4 @@ fn probe_target(settings: &Settings) -> Result<(), MirrorError> {
         .fetch_metadata(None, settings.startup_timeout)
         .map(drop)
         .map_err(|e| unreachable(settings, false, e.to_string()))
-}
-
-/// The user's connection settings (address, security) without the rest.
-fn probe_config(props: &crate::config::ClientProps) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    for (k, v) in &props.props {
-        let connection = k == "bootstrap.servers"
-            || k == "client.id"
-            || k.starts_with("security.")
-            || k.starts_with("ssl.")
-            || k.starts_with("sasl.")
-            || k.starts_with("broker.")
-            || k.starts_with("socket.")
-            || k.starts_with("api.version");
-        if connection {
-            config.set(k, v);
-        }
-    }
-    config.set("log_level", "3");
-    config
 }

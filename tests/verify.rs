@@ -1,0 +1,217 @@
+//! `mirror-maker verify` against deliberately broken mirrors: each kind of damage is found and
+//! counted, and an intact or live mirror passes.
+
+mod common;
+
+use std::process::Output;
+
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+
+use common::*;
+
+const TOPIC: &str = "orders";
+const PARTITIONS: i32 = 2;
+
+/// Writes the source's sample records into the target in the order given, as a mirror would
+/// (same partition, key, value, headers, timestamp).
+fn copy_samples(clusters: &MockPair, order: impl IntoIterator<Item = u64>) {
+    write_samples(&clusters.dst(), TOPIC, order, PARTITIONS, 100).unwrap();
+}
+
+fn clusters_with_source() -> MockPair {
+    let clusters = MockPair::new(TOPIC, PARTITIONS);
+    clusters.write(0..200);
+    clusters
+}
+
+fn verify(clusters: &MockPair, extra: &[&str]) -> (Output, serde_json::Value) {
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let out = binary()
+        .arg("verify")
+        .arg("--consumer.config")
+        .arg(&c)
+        .arg("--producer.config")
+        .arg(&p)
+        .args(["--whitelist", TOPIC, "--json", "--timeout.ms", "10000"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out, json)
+}
+
+fn totals(json: &serde_json::Value) -> [u64; 5] {
+    let t = &json["totals"];
+    [
+        "missing",
+        "changed",
+        "duplicated",
+        "out_of_order",
+        "misplaced",
+    ]
+    .map(|k| t[k].as_u64().unwrap())
+}
+
+#[test]
+fn an_intact_copy_passes() {
+    let clusters = clusters_with_source();
+    copy_samples(&clusters, 0..200);
+    let (out, json) = verify(&clusters, &[]);
+    assert_eq!(out.status.code(), Some(0), "{json}");
+    assert_eq!(totals(&json), [0; 5]);
+    assert_eq!(json["totals"]["source_records"], 200);
+}
+
+#[test]
+fn a_removed_record_is_missing() {
+    let clusters = clusters_with_source();
+    copy_samples(&clusters, (0..200).filter(|&i| i != 17));
+    let (out, json) = verify(&clusters, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(totals(&json), [1, 0, 0, 0, 0]);
+    let p1 = &json["topics"][0]["partitions"][1];
+    assert_eq!(p1["missing"], 1, "record 17 is in partition 1: {json}");
+}
+
+#[test]
+fn an_altered_record_is_changed_and_its_original_missing() {
+    let clusters = clusters_with_source();
+    copy_samples(&clusters, 0..50);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", clusters.dst())
+        .create()
+        .unwrap();
+    let s = mirror_maker::demo::sample(50, PARTITIONS, 100);
+    producer
+        .send(
+            BaseRecord::<[u8], [u8]>::to(TOPIC)
+                .partition(s.partition)
+                .key(s.key.as_deref().unwrap())
+                .payload(b"tampered".as_slice())
+                .timestamp(s.timestamp),
+        )
+        .unwrap();
+    producer.flush(std::time::Duration::from_secs(10)).unwrap();
+    copy_samples(&clusters, 51..200);
+    let (out, json) = verify(&clusters, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(totals(&json), [1, 1, 0, 0, 0]);
+}
+
+#[test]
+fn a_duplicated_record_is_counted_but_does_not_fail() {
+    let clusters = clusters_with_source();
+    copy_samples(&clusters, (0..200).chain([30]));
+    let (out, json) = verify(&clusters, &[]);
+    assert_eq!(out.status.code(), Some(0), "{json}");
+    assert_eq!(totals(&json), [0, 0, 1, 0, 0]);
+}
+
+#[test]
+fn reordered_records_are_out_of_order() {
+    let clusters = clusters_with_source();
+    // Records 60 and 62 are both in partition 0: swap them.
+    copy_samples(&clusters, (0..60).chain([62, 61, 60]).chain(63..200));
+    let (out, json) = verify(&clusters, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(totals(&json), [0, 0, 0, 1, 0]);
+}
+
+#[test]
+fn a_record_in_another_partition_is_misplaced_under_preserve_only() {
+    let clusters = clusters_with_source();
+    copy_samples(&clusters, (0..200).filter(|&i| i != 40));
+    // Record 40 belongs in partition 0; the broken mirror put it in partition 1.
+    let s = mirror_maker::demo::sample(40, PARTITIONS, 100);
+    write_sample_to_partition(&clusters.dst(), 40, 1);
+    assert_eq!(s.partition, 0);
+    let (out, json) = verify(&clusters, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(totals(&json), [0, 0, 0, 0, 1]);
+    let (out, json) = verify(&clusters, &["--partitioning", "hash"]);
+    assert_eq!(out.status.code(), Some(0), "{json}");
+}
+
+fn write_sample_to_partition(bootstrap: &str, i: u64, partition: i32) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let s = mirror_maker::demo::sample(i, PARTITIONS, 100);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    let mut headers = OwnedHeaders::new();
+    for (k, v) in &s.headers {
+        headers = headers.insert(Header {
+            key: k,
+            value: v.as_deref(),
+        });
+    }
+    let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(TOPIC)
+        .partition(partition)
+        .timestamp(s.timestamp)
+        .headers(headers);
+    record.key = s.key.as_deref();
+    record.payload = s.value.as_deref();
+    producer.send(record).unwrap();
+    producer.flush(std::time::Duration::from_secs(10)).unwrap();
+}
+
+#[test]
+fn a_live_mirror_checks_out_up_to_its_committed_offsets() {
+    let clusters = clusters_with_source();
+    clusters.mirror_until_committed(&[], 200);
+    // More records arrive that no mirror has copied yet: up to the committed offsets, all is
+    // there; up to the end, they are missing.
+    clusters.write(200..220);
+    let (out, json) = verify(&clusters, &["--until", "committed"]);
+    assert_eq!(out.status.code(), Some(0), "{json}");
+    assert_eq!(json["totals"]["source_records"], 200);
+    let (out, json) = verify(&clusters, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(totals(&json), [20, 0, 0, 0, 0]);
+    // From an offset: only the later records are checked.
+    let (_, json) = verify(&clusters, &["--from.offset", "90", "--until", "committed"]);
+    assert_eq!(
+        json["totals"]["source_records"], 20,
+        "offsets 90..100 of both partitions"
+    );
+}
+
+#[test]
+fn the_human_summary_says_ok_or_failed() {
+    let clusters = clusters_with_source();
+    copy_samples(&clusters, (0..200).filter(|&i| i != 3));
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let out = binary()
+        .arg("verify")
+        .arg("--consumer.config")
+        .arg(&c)
+        .arg("--producer.config")
+        .arg(&p)
+        .args(["--whitelist", TOPIC])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout.contains("partition 1 [0, 100): 1 missing"),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("FAILED: 200 source records checked, 1 missing"),
+        "{stdout}"
+    );
+}
