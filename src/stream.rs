@@ -435,17 +435,31 @@ impl<'s> Stream<'s> {
         }
     }
 
+    /// Errors the consumer returns from `poll` (rust-rdkafka does not route them to the
+    /// context's `error`).
     fn consumer_error(&self, error: KafkaError) {
-        match error.rdkafka_error_code() {
-            Some(RDKafkaErrorCode::Fatal) => self.shared.control.fail(format!(
-                "stream {}: the source consumer failed: {error}",
-                self.id
-            )),
-            Some(RDKafkaErrorCode::AutoOffsetReset) => tracing::error!(
+        match (&error, error.rdkafka_error_code()) {
+            (KafkaError::MessageConsumptionFatal(_), _) | (_, Some(RDKafkaErrorCode::Fatal)) => {
+                self.shared.control.fail(format!(
+                    "stream {}: the source consumer failed: {error}",
+                    self.id
+                ))
+            }
+            (_, Some(RDKafkaErrorCode::AutoOffsetReset)) => tracing::error!(
                 stream = self.id,
                 "{error}: the committed offset is no longer on the source (deleted by retention \
                  before it was mirrored); continuing from auto.offset.reset"
             ),
+            (_, Some(code @ RDKafkaErrorCode::AllBrokersDown)) => crate::logging::client_error(
+                &self.shared.control,
+                "source",
+                KafkaError::Global(code),
+                &error.to_string(),
+            ),
+            (_, Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::Resolve)) => {
+                // librdkafka logs these itself, once per broker.
+                tracing::debug!(stream = self.id, "source consumer: {error}")
+            }
             _ => tracing::warn!(stream = self.id, "source consumer: {error}"),
         }
     }
@@ -513,6 +527,8 @@ fn is_retriable_commit_error(e: &KafkaError) -> bool {
         e.rdkafka_error_code(),
         Some(
             RDKafkaErrorCode::RebalanceInProgress
+                | RDKafkaErrorCode::IllegalGeneration
+                | RDKafkaErrorCode::UnknownMemberId
                 | RDKafkaErrorCode::CoordinatorLoadInProgress
                 | RDKafkaErrorCode::CoordinatorNotAvailable
                 | RDKafkaErrorCode::NotCoordinator

@@ -51,6 +51,8 @@ pub fn mirror_configs(
 ) -> (PathBuf, PathBuf) {
     let mut consumer: Vec<(&str, &str)> = vec![("group.id", GROUP)];
     consumer.extend_from_slice(FAST_GROUP);
+    // The test's own settings override the defaults above.
+    consumer.retain(|(k, _)| !consumer_extra.iter().any(|(e, _)| e == k));
     consumer.extend_from_slice(consumer_extra);
     (
         write_config(dir, "consumer.toml", source, &consumer),
