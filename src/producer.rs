@@ -76,7 +76,7 @@ fn describe_send_error(error: &KafkaError, topic: &str, partition: Option<i32>) 
              target topic or use --partitioning hash",
             partition.map_or_else(|| "?".to_owned(), |p| p.to_string())
         ),
-        Some(code) => format!("{code} ({error})"),
+        Some(code) => code.to_string(),
         None => error.to_string(),
     }
 }

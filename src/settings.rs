@@ -149,6 +149,12 @@ impl Settings {
                 "--num.streams must be at least 1".to_owned(),
             ));
         }
+        // New partitions of subscribed topics are noticed when librdkafka refreshes its
+        // metadata (default every 5 minutes): as often as new topics are looked for.
+        consumer.set_default(
+            "topic.metadata.refresh.interval.ms",
+            &opts.topic_refresh_interval.as_millis().to_string(),
+        );
         consumer.apply_consumer_rules(opts.no_data_loss)?;
         if opts.partitioning == Partitioning::Hash {
             // librdkafka's default partitioner differs from Java's; this one matches it.
