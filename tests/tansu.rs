@@ -114,3 +114,53 @@ fn a_message_handler_renames_and_tags_records_on_tansu() {
         assert_eq!(got, expected, "partition {partition}");
     }
 }
+
+/// Two mirrors in one group on tansu: one starts, a second joins, the first leaves, with the
+/// given assignment strategy. Returns the duplicates found.
+fn hand_over_on_tansu(strategy: &str) -> usize {
+    let source = Tansu::start(&format!("handover-source-{strategy}"));
+    let target = Tansu::start(&format!("handover-target-{strategy}"));
+    create_topic(&source.bootstrap, TOPIC, 4);
+    create_topic(&target.bootstrap, TOPIC, 4);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(
+        dir.path(),
+        &source.bootstrap,
+        &target.bootstrap,
+        &[("partition.assignment.strategy", strategy)],
+        &[],
+    );
+    let args = ["--offset.commit.interval.ms", "300"];
+    write_samples(&source.bootstrap, TOPIC, 0..300, 4, 40).unwrap();
+    let mut a = Mirror::start(&c, &p, TOPIC, &args);
+    wait_committed(&mut a, &source.bootstrap, TOPIC, 4, 300);
+    let mut b = Mirror::start(&c, &p, TOPIC, &args);
+    wait_until(
+        Duration::from_secs(60),
+        "the second mirror to get partitions",
+        || b.log().contains("assigned") && b.log().contains("events/"),
+    );
+    write_samples(&source.bootstrap, TOPIC, 300..600, 4, 40).unwrap();
+    wait_committed(&mut b, &source.bootstrap, TOPIC, 4, 600);
+    assert_eq!(a.stop().code(), Some(0), "log A:\n{}", a.log());
+    write_samples(&source.bootstrap, TOPIC, 600..900, 4, 40).unwrap();
+    wait_committed(&mut b, &source.bootstrap, TOPIC, 4, 900);
+    assert_eq!(b.stop().code(), Some(0), "log B:\n{}", b.log());
+    let mut duplicates = 0;
+    for partition in 0..4 {
+        let from = records_quiet(&source.bootstrap, partition);
+        let to = records_quiet(&target.bootstrap, partition);
+        for r in &from {
+            assert!(to.contains(r), "partition {partition}: a record is missing");
+        }
+        duplicates += to.len() - from.len();
+    }
+    eprintln!("TRIAL tansu hand-over {strategy}: 900 records, 0 lost, {duplicates} duplicated");
+    duplicates
+}
+
+#[test]
+fn hand_overs_on_tansu_lose_nothing_and_duplicate_nothing_with_eager_and_cooperative() {
+    assert_eq!(hand_over_on_tansu("range"), 0, "eager");
+    assert_eq!(hand_over_on_tansu("cooperative-sticky"), 0, "cooperative");
+}
