@@ -25,19 +25,26 @@ fn clusters_with_source() -> MockPair {
     clusters
 }
 
-fn verify(clusters: &MockPair, extra: &[&str]) -> (Output, serde_json::Value) {
+/// Runs `mirror-maker verify` on the clusters' topic with `extra` arguments.
+fn run_verify(clusters: &MockPair, extra: &[&str]) -> Output {
     let dir = tempdir();
     let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
-    let out = binary()
+    binary()
         .arg("verify")
         .arg("--consumer.config")
         .arg(&c)
         .arg("--producer.config")
         .arg(&p)
-        .args(["--whitelist", TOPIC, "--json", "--timeout.ms", "10000"])
+        .args(["--whitelist", TOPIC, "--timeout.ms", "10000"])
         .args(extra)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+fn verify(clusters: &MockPair, extra: &[&str]) -> (Output, serde_json::Value) {
+    let mut args = vec!["--json"];
+    args.extend_from_slice(extra);
+    let out = run_verify(clusters, &args);
     let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "not JSON ({e}): {}\n{}",
@@ -189,17 +196,7 @@ fn a_live_mirror_checks_out_up_to_its_committed_offsets() {
 fn the_human_summary_says_ok_or_failed() {
     let clusters = clusters_with_source();
     copy_samples(&clusters, (0..200).filter(|&i| i != 3));
-    let dir = tempdir();
-    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
-    let out = binary()
-        .arg("verify")
-        .arg("--consumer.config")
-        .arg(&c)
-        .arg("--producer.config")
-        .arg(&p)
-        .args(["--whitelist", TOPIC])
-        .output()
-        .unwrap();
+    let out = run_verify(&clusters, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1));
     assert!(

@@ -189,6 +189,40 @@ fn value(i: u64, bytes: usize) -> Vec<u8> {
     v
 }
 
+/// Sends the backlog's records (key = index, same value) round-robin over the partitions,
+/// waiting out a full queue and serving delivery reports every `poll_every` records.
+fn send_backlog(
+    producer: &BaseProducer,
+    records: u64,
+    value_bytes: usize,
+    partitions: i32,
+    poll_every: u64,
+) -> anyhow::Result<()> {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    let v = value(0, value_bytes);
+    for i in 0..records {
+        let key = i.to_be_bytes();
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(TOPIC)
+            .partition((i % partitions as u64) as i32)
+            .key(key.as_slice())
+            .payload(v.as_slice());
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    producer.poll(Duration::from_millis(1));
+                }
+                Err((e, _)) => bail!("sending backlog record {i}: {e}"),
+            }
+        }
+        if i % poll_every == 0 {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    Ok(())
+}
+
 fn preload(
     bootstrap: &str,
     records: u64,
@@ -202,26 +236,7 @@ fn preload(
         .set("queue.buffering.max.messages", "1000000")
         .set("log_level", "3")
         .create()?;
-    let v = value(0, value_bytes);
-    for i in 0..records {
-        let key = i.to_be_bytes();
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(TOPIC)
-            .partition((i % partitions as u64) as i32)
-            .key(key.as_slice())
-            .payload(v.as_slice());
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(5));
-                }
-            }
-        }
-        if i % 10_000 == 0 {
-            producer.poll(Duration::ZERO);
-        }
-    }
+    send_backlog(&producer, records, value_bytes, partitions, 10_000)?;
     producer.flush(Duration::from_secs(120))?;
     Ok(())
 }
@@ -320,25 +335,9 @@ fn produce_only(
         .set("acks", "all")
         .set("log_level", "3")
         .create()?;
-    let v = value(0, value_bytes);
     let first = Instant::now();
-    for i in 0..records {
-        let key = i.to_be_bytes();
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(TOPIC)
-            .partition((i % partitions as u64) as i32)
-            .key(key.as_slice())
-            .payload(v.as_slice());
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(1));
-                }
-            }
-        }
-        producer.poll(Duration::ZERO);
-    }
+    // Delivery reports served after every record, as the mirror does.
+    send_backlog(&producer, records, value_bytes, partitions, 1)?;
     producer.flush(Duration::from_secs(300))?;
     Ok((first, Instant::now()))
 }
