@@ -90,9 +90,7 @@ fn a_mirror_killed_mid_stream_resumes_from_its_commits_without_loss() {
 fn offsets_are_committed_on_the_interval_while_running() {
     let clusters = MockPair::new(TOPIC, 2);
     clusters.write(0..1000);
-    let dir = tempdir();
-    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
-    let mut mirror = Mirror::start(&c, &p, TOPIC, &["--offset.commit.interval.ms", "500"]);
+    let mut mirror = clusters.start(&[], &[], &["--offset.commit.interval.ms", "500"]);
     wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 1000);
     assert!(mirror.is_running());
     mirror.signal("INT");
@@ -109,15 +107,11 @@ fn a_small_producer_queue_slows_the_mirror_down_and_loses_nothing() {
         .target
         .broker_round_trip_time(1, Duration::from_millis(20))
         .unwrap();
-    let dir = tempdir();
-    let (c, p) = mirror_configs(
-        dir.path(),
-        &clusters.src(),
-        &clusters.dst(),
+    let mut mirror = clusters.start(
         &[],
         &[("queue.buffering.max.messages", "64")],
+        &["--offset.commit.interval.ms", "300"],
     );
-    let mut mirror = Mirror::start(&c, &p, TOPIC, &["--offset.commit.interval.ms", "300"]);
     wait_committed(&mut mirror, &clusters.src(), TOPIC, 4, 5000);
     assert_eq!(mirror.stop().code(), Some(0));
     let c = clusters.compare();
@@ -128,20 +122,11 @@ fn a_small_producer_queue_slows_the_mirror_down_and_loses_nothing() {
 fn a_target_outage_pauses_consumption_keeps_the_group_and_loses_nothing() {
     let clusters = MockPair::new(TOPIC, 2);
     clusters.write(0..1000);
-    let dir = tempdir();
     // max.poll.interval.ms is 10 s (FAST_GROUP): the stream pauses after 3.3 s without acks
     // once 100 records (half the producer queue) are in flight.
-    let (c, p) = mirror_configs(
-        dir.path(),
-        &clusters.src(),
-        &clusters.dst(),
+    let mut mirror = clusters.start_logged(
         &[],
         &[("queue.buffering.max.messages", "200")],
-    );
-    let mut mirror = Mirror::start_logged(
-        &c,
-        &p,
-        TOPIC,
         &["--offset.commit.interval.ms", "300"],
         "info,mirror_maker::stream=debug",
     );
@@ -172,12 +157,9 @@ fn a_target_outage_pauses_consumption_keeps_the_group_and_loses_nothing() {
 fn a_shutdown_while_the_target_is_down_commits_only_what_was_acknowledged_and_exits_0() {
     let clusters = MockPair::new(TOPIC, 2);
     clusters.write(0..1000);
-    let dir = tempdir();
-    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
-    let mut mirror = Mirror::start(
-        &c,
-        &p,
-        TOPIC,
+    let mut mirror = clusters.start(
+        &[],
+        &[],
         &[
             "--offset.commit.interval.ms",
             "300",
@@ -338,9 +320,7 @@ fn a_broker_side_non_retriable_error_aborts_without_committing_past_it() {
         RDKafkaApiKey::Produce,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED],
     );
-    let dir = tempdir();
-    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
-    let mut mirror = Mirror::start(&c, &p, TOPIC, &[]);
+    let mut mirror = clusters.start(&[], &[], &[]);
     let status = mirror.wait(Duration::from_secs(60));
     let log = mirror.log();
     assert_eq!(status.code(), Some(1), "log:\n{log}");
@@ -368,9 +348,7 @@ fn retriable_produce_errors_are_retried_without_loss() {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
         ],
     );
-    let dir = tempdir();
-    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
-    let mut mirror = Mirror::start(&c, &p, TOPIC, &["--offset.commit.interval.ms", "300"]);
+    let mut mirror = clusters.start(&[], &[], &["--offset.commit.interval.ms", "300"]);
     wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 2000);
     assert_eq!(mirror.stop().code(), Some(0));
     let c = clusters.compare();
@@ -382,18 +360,9 @@ fn retriable_produce_errors_are_retried_without_loss() {
 fn user_settings_are_used_as_given_when_no_data_loss_is_off() {
     let clusters = MockPair::new(TOPIC, 1);
     clusters.write(0..100);
-    let dir = tempdir();
-    let (c, p) = mirror_configs(
-        dir.path(),
-        &clusters.src(),
-        &clusters.dst(),
+    let mut mirror = clusters.start(
         &[],
         &[("acks", "1")],
-    );
-    let mut mirror = Mirror::start(
-        &c,
-        &p,
-        TOPIC,
         &[
             "--no.data.loss",
             "false",

@@ -453,6 +453,18 @@ impl MockPair {
         producer_extra: &[(&str, &str)],
         args: &[&str],
     ) -> Mirror {
+        let log = std::env::var("MIRROR_LOG").unwrap_or_else(|_| "info".into());
+        self.start_logged(consumer_extra, producer_extra, args, &log)
+    }
+
+    /// Like [`MockPair::start`] with `RUST_LOG` set to `rust_log`.
+    pub fn start_logged(
+        &self,
+        consumer_extra: &[(&str, &str)],
+        producer_extra: &[(&str, &str)],
+        args: &[&str],
+        rust_log: &str,
+    ) -> Mirror {
         let dir = tempdir();
         let (c, p) = mirror_configs(
             dir.path(),
@@ -461,7 +473,7 @@ impl MockPair {
             consumer_extra,
             producer_extra,
         );
-        let mut mirror = Mirror::start(&c, &p, self.topic, args);
+        let mut mirror = Mirror::start_logged(&c, &p, self.topic, args, rust_log);
         mirror._configs = Some(dir);
         mirror
     }
