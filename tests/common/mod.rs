@@ -430,6 +430,18 @@ impl MockPair {
             .expect("writing samples");
     }
 
+    /// Starts writing sample records from index `from` in the background, `batch` at a time.
+    pub fn trickle(&self, from: u64, batch: u64) -> Trickle {
+        Trickle::start(
+            &self.src(),
+            self.topic,
+            self.partitions,
+            from,
+            batch,
+            Duration::from_millis(20),
+        )
+    }
+
     pub fn compare(&self) -> Comparison {
         compare_topic(&self.src(), &self.dst(), self.topic, self.partitions).expect("comparing")
     }
@@ -493,5 +505,53 @@ impl MockPair {
         );
         assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
         mirror.log()
+    }
+}
+
+/// Writes sample records to a source topic from a background thread, a small batch at a time,
+/// so that records are in flight while a test changes the group. `stop` returns how many were
+/// written in all.
+pub struct Trickle {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Trickle {
+    /// Starts writing at index `from`, `batch` records every `every`.
+    pub fn start(
+        bootstrap: &str,
+        topic: &str,
+        partitions: i32,
+        from: u64,
+        batch: u64,
+        every: Duration,
+    ) -> Trickle {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let (bootstrap, topic) = (bootstrap.to_owned(), topic.to_owned());
+        let thread = std::thread::spawn(move || {
+            let mut next = from;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                write_samples(&bootstrap, &topic, next..next + batch, partitions, 40)
+                    .expect("writing a batch of source records");
+                next += batch;
+                std::thread::sleep(every);
+            }
+            next
+        });
+        Trickle {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the writer and returns the index after the last record written.
+    pub fn stop(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread
+            .take()
+            .expect("stopped once")
+            .join()
+            .expect("the writer thread")
     }
 }
