@@ -177,6 +177,25 @@ pub struct MirrorArgs {
     )]
     pub rebalance_listener_args: String,
 
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics, and /health/live and
+    /// /health/ready (ready once every stream has its assignment and reaches the target).
+    #[arg(long = "metrics.addr", value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
+
+    /// Log a progress line (rates in and out, lag, in flight, dropped) this often; 0 turns
+    /// it off.
+    #[arg(
+        long = "progress.interval.ms",
+        value_name = "MS",
+        default_value_t = 30_000
+    )]
+    pub progress_interval_ms: u64,
+
+    /// Log lines as text or as one JSON object per line. The level comes from RUST_LOG
+    /// (default info).
+    #[arg(long = "log.format", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
     /// How long to wait at start-up for each cluster to answer before giving up (exit 1).
     #[arg(
         long = "startup.timeout.ms",
@@ -184,6 +203,12 @@ pub struct MirrorArgs {
         default_value_t = 30_000
     )]
     pub startup_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -81,12 +81,54 @@ pub enum ConfigError {
     },
 }
 
+/// Whether a property holds a secret (passwords, tokens, private keys, JAAS configs): its
+/// value never appears in a log line, an error or a metric.
+pub fn is_secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    [
+        "password",
+        "secret",
+        "token",
+        "jaas",
+        "credential",
+        "private",
+    ]
+    .iter()
+    .any(|word| key.contains(word))
+        || key.ends_with(".key")
+        || key.ends_with("oauthbearer.config")
+        || key.ends_with(".key.pem")
+        || key.contains("key.pem")
+}
+
 /// The librdkafka properties of one client, with the file they came from.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientProps {
     pub role: Role,
     pub path: PathBuf,
     pub props: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for ClientProps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let props: BTreeMap<&str, &str> = self
+            .props
+            .iter()
+            .map(|(k, v)| {
+                let shown = if is_secret_key(k) {
+                    "[redacted]"
+                } else {
+                    v.as_str()
+                };
+                (k.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("ClientProps")
+            .field("role", &self.role)
+            .field("path", &self.path)
+            .field("props", &props)
+            .finish()
+    }
 }
 
 impl ClientProps {
@@ -131,6 +173,17 @@ impl ClientProps {
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
         }
+    }
+
+    /// `text` with the value of every secret property replaced by `[redacted]`.
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for (k, v) in &self.props {
+            if is_secret_key(k) && !v.is_empty() {
+                out = out.replace(v.as_str(), "[redacted]");
+            }
+        }
+        out
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {
@@ -248,12 +301,12 @@ impl ClientProps {
             .map_err(|e| ConfigError::Rejected {
                 role: self.role,
                 path: self.path.clone(),
-                message: match e {
+                message: self.redact(&match e {
                     rdkafka::error::KafkaError::ClientConfig(_, description, key, _) => {
                         format!("key `{key}`: {description}")
                     }
                     other => other.to_string(),
-                },
+                }),
             })
     }
 
@@ -455,6 +508,43 @@ fn unescape(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_values_are_redacted_wherever_the_props_are_shown() {
+        for key in [
+            "sasl.password",
+            "ssl.key.password",
+            "ssl.keystore.password",
+            "sasl.oauthbearer.client.secret",
+            "sasl.oauthbearer.config",
+            "ssl.key.pem",
+            "sasl.jaas.config",
+        ] {
+            assert!(is_secret_key(key), "{key}");
+        }
+        for key in [
+            "bootstrap.servers",
+            "ssl.key.location",
+            "sasl.username",
+            "acks",
+        ] {
+            assert!(!is_secret_key(key), "{key}");
+        }
+        let props = ClientProps::from_pairs(
+            Role::Consumer,
+            "c.toml",
+            [("sasl.password", "hunter2"), ("sasl.username", "alice")],
+        );
+        assert_eq!(
+            props.redact("login alice/hunter2 failed"),
+            "login alice/[redacted] failed"
+        );
+        let debug = format!("{props:?}");
+        assert!(
+            !debug.contains("hunter2") && debug.contains("alice"),
+            "{debug}"
+        );
+    }
 
     #[test]
     fn toml_dotted_keys_are_flattened_back_to_librdkafka_names() {

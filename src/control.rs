@@ -53,6 +53,8 @@ pub struct Stats {
     pub filtered: AtomicU64,
     pub commits: AtomicU64,
     pub rebalances: AtomicU64,
+    /// Histograms, error counts and the streams' own state, for `--metrics.addr`.
+    pub telemetry: crate::metrics::Telemetry,
 }
 
 impl Stats {

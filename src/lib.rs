@@ -15,6 +15,7 @@ pub mod config;
 pub mod control;
 pub mod demo;
 pub mod logging;
+pub mod metrics;
 pub mod offsets;
 pub mod pipeline;
 pub mod plugin;

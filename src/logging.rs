@@ -1,18 +1,22 @@
-//! Log set-up: text to stderr, level from `RUST_LOG` (default `info`).
+//! Log set-up: text or JSON lines to stderr, level from `RUST_LOG` (default `info`).
 
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+use crate::cli::LogFormat;
 use crate::control::Control;
 use tracing_subscriber::EnvFilter;
 
-pub fn init() {
+pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // A second initialisation (tests calling into the library) is harmless.
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    // A second initialisation (tests calling into the library) is harmless.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
 }
 
 /// librdkafka's own log lines, tagged with the cluster they concern.

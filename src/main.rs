@@ -9,7 +9,7 @@ use clap::Parser;
 use mirror_maker::cli::{Cli, Command, MirrorArgs};
 use mirror_maker::control::{Control, Stats};
 use mirror_maker::settings::Settings;
-use mirror_maker::{demo, logging, pipeline};
+use mirror_maker::{demo, logging, metrics, pipeline};
 
 const RUNTIME_FAILURE: u8 = 1;
 const BAD_USAGE: u8 = 2;
@@ -36,7 +36,10 @@ fn main() -> ExitCode {
             return ExitCode::from(BAD_USAGE);
         }
     };
-    logging::init();
+    logging::init(match cli.command {
+        None => cli.mirror.log_format,
+        Some(_) => mirror_maker::cli::LogFormat::Text,
+    });
     match cli.command {
         Some(Command::Demo(args)) => match demo::run(&args) {
             Ok(true) => ExitCode::SUCCESS,
@@ -86,15 +89,43 @@ fn run_verify(args: &mirror_maker::cli::VerifyArgs) -> ExitCode {
 }
 
 fn run_mirror(args: &MirrorArgs) -> ExitCode {
-    let settings = match Settings::from_args(args) {
+    let mut settings = match Settings::from_args(args) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(BAD_USAGE);
         }
     };
+    let metrics_addr = match args.metrics_addr.as_deref().map(resolve_metrics_addr) {
+        Some(Err(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(BAD_USAGE);
+        }
+        Some(Ok(addr)) => Some(addr),
+        None => None,
+    };
+    let progress = std::time::Duration::from_millis(args.progress_interval_ms);
+    if metrics_addr.is_some() || !progress.is_zero() {
+        settings.enable_statistics(if progress.is_zero() {
+            STATISTICS_INTERVAL
+        } else {
+            progress.min(STATISTICS_INTERVAL)
+        });
+    }
     let control = Arc::new(Control::new());
     let stats = Arc::new(Stats::default());
+    if let Some(addr) = metrics_addr {
+        if let Err(e) = metrics::serve(addr, stats.clone(), control.clone(), settings.num_streams) {
+            eprintln!(
+                "error: cannot serve metrics on --metrics.addr {addr}: {e}; choose a free \
+                 address or leave the flag out"
+            );
+            return ExitCode::from(BAD_USAGE);
+        }
+    }
+    if !progress.is_zero() {
+        metrics::log_progress(stats.clone(), control.clone(), progress);
+    }
     if let Err(e) = watch_signals(control.clone()) {
         eprintln!("error: cannot install signal handlers: {e:#}");
         return ExitCode::from(RUNTIME_FAILURE);
@@ -116,6 +147,18 @@ fn run_mirror(args: &MirrorArgs) -> ExitCode {
             ExitCode::from(RUNTIME_FAILURE)
         }
     }
+}
+
+/// How often the clients report statistics (lag, broker states) when metrics or progress
+/// lines are on.
+const STATISTICS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn resolve_metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    text.to_socket_addrs()
+        .map_err(|e| format!("--metrics.addr {text:?} is not a HOST:PORT address: {e}"))?
+        .next()
+        .ok_or_else(|| format!("--metrics.addr {text:?} resolves to no address"))
 }
 
 /// Beyond the flush timeout, how long closing the clients may take before the process exits

@@ -67,11 +67,34 @@ struct Entry {
     failed: bool,
 }
 
+/// What one source partition has seen since start, for metrics. Kept across rebalances.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartitionCounters {
+    /// Source records consumed.
+    pub consumed: u64,
+    /// Their key and value bytes.
+    pub consumed_bytes: u64,
+    /// Source records whose every target record was acknowledged (filtered ones included).
+    pub acknowledged: u64,
+    /// Source records consumed and not yet fully acknowledged (a gauge).
+    pub in_flight: u64,
+}
+
+impl PartitionCounters {
+    fn add(&mut self, other: &PartitionCounters) {
+        self.consumed += other.consumed;
+        self.consumed_bytes += other.consumed_bytes;
+        self.acknowledged += other.acknowledged;
+        self.in_flight += other.in_flight;
+    }
+}
+
 #[derive(Debug)]
 struct Slot {
     topic: String,
     partition: i32,
     live: bool,
+    counters: PartitionCounters,
     /// Sequence number of `ring[0]`; sequence numbers of a slot index never repeat, even
     /// across occupants, so a late delivery for a released partition is recognised.
     front_seq: u64,
@@ -108,6 +131,8 @@ pub struct OffsetTracker {
     by_topic: HashMap<String, Vec<Option<u32>>>,
     in_flight: usize,
     in_flight_bytes: usize,
+    /// Counters of partitions released since, so that they stay monotonic.
+    retired: HashMap<(String, i32), PartitionCounters>,
 }
 
 impl OffsetTracker {
@@ -144,6 +169,7 @@ impl OffsetTracker {
                 slot.first_seq = slot.next_seq();
                 slot.front_seq = slot.first_seq;
                 slot.committable = None;
+                slot.counters = PartitionCounters::default();
                 index
             }
             None => {
@@ -155,6 +181,7 @@ impl OffsetTracker {
                     topic: topic.to_owned(),
                     partition,
                     live: true,
+                    counters: PartitionCounters::default(),
                     front_seq: 0,
                     first_seq: 0,
                     ring: VecDeque::new(),
@@ -184,7 +211,12 @@ impl OffsetTracker {
     ) -> Ticket {
         let index = self.slot_or_insert(topic, partition);
         let slot = &mut self.slots[index as usize];
+        slot.counters.consumed += 1;
+        slot.counters.consumed_bytes += bytes as u64;
         let seq = slot.next_seq();
+        if outputs == 0 {
+            slot.counters.acknowledged += 1;
+        }
         if outputs == 0 && slot.ring.is_empty() {
             slot.committable = Some(offset + 1);
             slot.front_seq += 1;
@@ -232,8 +264,11 @@ impl OffsetTracker {
             self.in_flight_bytes -= bytes;
         }
         let slot = &mut self.slots[ticket.slot as usize];
-        if done && pos == 0 {
-            slot.advance();
+        if done {
+            slot.counters.acknowledged += 1;
+            if pos == 0 {
+                slot.advance();
+            }
         }
         Outcome::Recorded(SourceRecord {
             topic: &slot.topic,
@@ -306,6 +341,12 @@ impl OffsetTracker {
             .iter()
             .filter(|e| e.pending > 0 || e.failed)
             .fold((0, 0), |(n, b), e| (n + 1, b + e.bytes as usize));
+        let mut counters = slot.counters;
+        counters.in_flight = 0;
+        self.retired
+            .entry((topic.to_owned(), partition))
+            .or_default()
+            .add(&counters);
         // Keep sequence numbers of this slot index unique for its next occupant.
         slot.front_seq = slot.next_seq();
         slot.ring.clear();
@@ -317,6 +358,23 @@ impl OffsetTracker {
         }
         self.free.push(index);
         unacked
+    }
+
+    /// Per source partition ever tracked: its counters since start, and what is in flight now.
+    pub fn partition_counters(&self) -> Vec<(String, i32, PartitionCounters)> {
+        let mut all = self.retired.clone();
+        for slot in self.slots.iter().filter(|s| s.live) {
+            let mut counters = slot.counters;
+            counters.in_flight = slot
+                .ring
+                .iter()
+                .filter(|e| e.pending > 0 || e.failed)
+                .count() as u64;
+            all.entry((slot.topic.clone(), slot.partition))
+                .or_default()
+                .add(&counters);
+        }
+        all.into_iter().map(|((t, p), c)| (t, p, c)).collect()
     }
 
     /// The partitions currently tracked.
@@ -441,6 +499,40 @@ mod tests {
         t.ack(new);
         assert_eq!(commit_of(&mut t, "u", 2), Some(501));
         assert!(t.partitions().iter().all(|(topic, _)| topic != "t"));
+    }
+
+    #[test]
+    fn partition_counters_stay_monotonic_across_a_release_and_reassignment() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 0, 0, 100, 1);
+        t.begin("t", 0, 1, 50, 0); // filtered: acknowledged at once
+        t.begin("t", 0, 2, 10, 1); // in flight
+        t.ack(a);
+        let counters = |t: &OffsetTracker| {
+            t.partition_counters()
+                .into_iter()
+                .find(|(topic, p, _)| topic == "t" && *p == 0)
+                .map(|(_, _, c)| c)
+                .unwrap()
+        };
+        let before = counters(&t);
+        assert_eq!(
+            before,
+            PartitionCounters {
+                consumed: 3,
+                consumed_bytes: 160,
+                acknowledged: 2,
+                in_flight: 1
+            }
+        );
+        t.release("t", 0);
+        let b = t.begin("t", 0, 2, 10, 1);
+        t.ack(b);
+        let after = counters(&t);
+        assert_eq!(
+            (after.consumed, after.acknowledged, after.in_flight),
+            (4, 3, 0)
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! (`--abort.on.send.failure true`: the commit point stays below the record and the mirror
 //! stops) or counted as dropped.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rdkafka::client::ClientContext;
@@ -28,6 +29,12 @@ pub struct StreamShared {
     pub control: Arc<Control>,
     pub stats: Arc<Stats>,
     pub abort_on_send_failure: bool,
+    /// Set by the first assignment (possibly empty) this stream receives.
+    pub assigned: AtomicBool,
+    /// Whether the producer's latest statistics showed a target broker connected.
+    pub target_up: AtomicBool,
+    /// Per assigned source partition, the consumer's lag in its latest statistics.
+    pub lag: Mutex<Vec<(String, i32, i64)>>,
 }
 
 impl StreamShared {
@@ -44,6 +51,11 @@ impl StreamShared {
         error: &KafkaError,
     ) {
         let reason = describe_send_error(error, target_topic, target_partition);
+        self.stats.telemetry.count_send_error(
+            error
+                .rdkafka_error_code()
+                .map_or_else(|| "unknown".to_owned(), |c| format!("{c:?}")),
+        );
         let mut tracker = self.tracker();
         let source = match tracker.source_of(ticket) {
             Some(s) => format!("{}/{} offset {}", s.topic, s.partition, s.offset),
@@ -103,6 +115,18 @@ impl ClientContext for DeliveryContext {
             );
         }
     }
+
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        self.target_state(&statistics);
+    }
+}
+
+impl DeliveryContext {
+    /// The producer's statistics say whether any target broker is connected.
+    fn target_state(&self, statistics: &rdkafka::Statistics) {
+        let up = statistics.brokers.values().any(|b| b.state == "UP");
+        self.shared.target_up.store(up, Ordering::Relaxed);
+    }
 }
 
 impl ProducerContext for DeliveryContext {
@@ -111,8 +135,11 @@ impl ProducerContext for DeliveryContext {
     fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
         let ticket = Ticket::from_opaque(opaque);
         match result {
-            Ok(_) => {
+            Ok(message) => {
                 Stats::add(&self.shared.stats.acknowledged, 1);
+                if let Some(t) = message.timestamp().to_millis() {
+                    self.shared.stats.telemetry.observe_latency(t);
+                }
                 self.shared.tracker().ack(ticket);
             }
             Err((error, _))

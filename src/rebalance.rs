@@ -142,7 +142,15 @@ pub fn commit(
     for (topic, partition, offset) in &points {
         tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset))?;
     }
+    let started = Instant::now();
     consumer.commit(&tpl, mode)?;
+    if matches!(mode, CommitMode::Sync) {
+        shared
+            .stats
+            .telemetry
+            .commit_seconds
+            .observe(started.elapsed().as_secs_f64());
+    }
     Stats::add(&shared.stats.commits, 1);
     tracing::debug!(stream = shared.stream, "committed ({mode:?}) {points:?}");
     Ok(points.len())
@@ -151,6 +159,28 @@ pub fn commit(
 impl ClientContext for RebalanceContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         crate::logging::librdkafka_log("source", level, fac, message);
+    }
+
+    /// Keeps the lag of the assigned partitions: from the position of the next record to
+    /// the high watermark.
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let mut lag = Vec::new();
+        for (topic, t) in &statistics.topics {
+            for (partition, p) in &t.partitions {
+                if *partition < 0 || p.fetch_state == "none" || p.fetch_state == "stopped" {
+                    continue;
+                }
+                let value = if p.app_offset >= 0 && p.hi_offset >= 0 {
+                    (p.hi_offset - p.app_offset).max(0)
+                } else {
+                    p.consumer_lag
+                };
+                if value >= 0 {
+                    lag.push((topic.clone(), *partition, value));
+                }
+            }
+        }
+        *self.shared.lag.lock().unwrap_or_else(|e| e.into_inner()) = lag;
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
@@ -205,8 +235,11 @@ impl ConsumerContext for RebalanceContext {
         }
     }
 
-    fn post_rebalance(&self, _consumer: &MirrorConsumer, _rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, _consumer: &MirrorConsumer, rebalance: &Rebalance<'_>) {
         Stats::add(&self.shared.stats.rebalances, 1);
+        if let Rebalance::Assign(_) = rebalance {
+            self.shared.assigned.store(true, Ordering::SeqCst);
+        }
         self.assignment_changed.store(true, Ordering::SeqCst);
     }
 }

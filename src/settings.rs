@@ -94,6 +94,14 @@ const DEFAULT_QUEUE_MESSAGES: usize = 100_000;
 const DEFAULT_QUEUE_KBYTES: usize = 64 * 1024;
 
 impl Settings {
+    /// Asks both clients for statistics every `interval` (lag and target reachability for
+    /// metrics and progress), unless the configs set `statistics.interval.ms` themselves.
+    pub fn enable_statistics(&mut self, interval: Duration) {
+        let ms = interval.as_millis().max(100).to_string();
+        self.consumer.set_default("statistics.interval.ms", &ms);
+        self.producer.set_default("statistics.interval.ms", &ms);
+    }
+
     pub fn from_args(args: &MirrorArgs) -> Result<Settings, SettingsError> {
         let missing = |flag: &str| SettingsError::Usage(format!("{flag} is required"));
         let topics = TopicFilter::new(

@@ -85,7 +85,11 @@ impl<'s> Stream<'s> {
             control,
             stats,
             abort_on_send_failure: settings.abort_on_send_failure,
+            assigned: false.into(),
+            target_up: true.into(),
+            lag: Default::default(),
         });
+        shared.stats.telemetry.register(&shared);
         let producer: MirrorProducer = settings
             .producer
             .client_config()

@@ -126,7 +126,7 @@ fn main() -> anyhow::Result<()> {
             partitions,
             streams,
         }) => {
-            mirror_maker::logging::init();
+            mirror_maker::logging::init(mirror_maker::cli::LogFormat::Text);
             let result = run_pass(
                 kind,
                 &source,

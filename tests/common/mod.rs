@@ -555,3 +555,47 @@ impl Trickle {
             .expect("the writer thread")
     }
 }
+
+/// A loopback address with a port that was free a moment ago.
+pub fn free_local_addr() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").to_string()
+}
+
+/// `GET path` over HTTP/1.0: the status code and the body (status 0 if nothing answers).
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::Write;
+    let Ok(mut stream) = TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    if write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").is_err() {
+        return (0, String::new());
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The value of the sample `name{labels}` in a Prometheus text exposition, if present.
+/// `labels` is the exact label text, e.g. `topic="orders",partition="0"`, or empty.
+pub fn metric(exposition: &str, name: &str, labels: &str) -> Option<f64> {
+    let key = if labels.is_empty() {
+        format!("{name} ")
+    } else {
+        format!("{name}{{{labels}}} ")
+    };
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|v| v.trim().parse().ok())
+}

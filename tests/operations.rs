@@ -1,0 +1,234 @@
+//! Running it in production: metrics and health over HTTP, progress and JSON log lines, and
+//! secrets kept out of every output.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const TOPIC: &str = "orders";
+const PARTITIONS: i32 = 4;
+
+/// Statistics twice a second, so that lag and target reachability move quickly.
+const STATISTICS: &[(&str, &str)] = &[("statistics.interval.ms", "500")];
+
+fn scrape(addr: &str) -> String {
+    let (status, body) = http_get(addr, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+fn sum_over_partitions(exposition: &str, name: &str) -> f64 {
+    (0..PARTITIONS)
+        .filter_map(|p| {
+            metric(
+                exposition,
+                name,
+                &format!("topic=\"{TOPIC}\",partition=\"{p}\""),
+            )
+        })
+        .sum()
+}
+
+#[test]
+fn metrics_move_as_records_flow_and_ready_follows_the_target() {
+    let clusters = MockPair::new(TOPIC, PARTITIONS);
+    clusters.write(0..4000);
+    let addr = free_local_addr();
+    let mut mirror = clusters.start(
+        STATISTICS,
+        STATISTICS,
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--metrics.addr",
+            &addr,
+            "--progress.interval.ms",
+            "500",
+        ],
+    );
+    wait_until(Duration::from_secs(10), "live", || {
+        http_get(&addr, "/health/live").0 == 200
+    });
+    wait_until(Duration::from_secs(30), "ready", || {
+        http_get(&addr, "/health/ready").0 == 200
+    });
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, PARTITIONS, 4000);
+    // Lag comes from the consumers' statistics: wait for a report after the catch-up.
+    wait_until(Duration::from_secs(10), "lag to reach zero", || {
+        let m = scrape(&addr);
+        metric(
+            &m,
+            "mirror_consumer_lag",
+            &format!("topic=\"{TOPIC}\",partition=\"0\""),
+        ) == Some(0.0)
+            && sum_over_partitions(&m, "mirror_consumer_lag") == 0.0
+    });
+    let first = scrape(&addr);
+    assert_eq!(
+        sum_over_partitions(&first, "mirror_records_consumed_total"),
+        4000.0,
+        "{first}"
+    );
+    assert_eq!(
+        sum_over_partitions(&first, "mirror_records_acknowledged_total"),
+        4000.0
+    );
+    assert_eq!(sum_over_partitions(&first, "mirror_records_in_flight"), 0.0);
+    assert!(sum_over_partitions(&first, "mirror_bytes_consumed_total") > 4000.0 * 100.0);
+    assert_eq!(
+        metric(&first, "mirror_records_produced_total", ""),
+        Some(4000.0)
+    );
+    assert_eq!(
+        metric(&first, "mirror_replication_latency_seconds_count", ""),
+        Some(4000.0)
+    );
+    assert!(metric(&first, "mirror_commits_total", "").unwrap() >= 1.0);
+    assert!(metric(&first, "mirror_rebalances_total", "").unwrap() >= 1.0);
+    assert!(metric(&first, "mirror_uptime_seconds", "").unwrap() > 0.0);
+    assert!(first.contains("mirror_build_info{version=\""), "{first}");
+
+    clusters.write(4000..6000);
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, PARTITIONS, 6000);
+    let second = scrape(&addr);
+    assert_eq!(
+        sum_over_partitions(&second, "mirror_records_consumed_total"),
+        6000.0
+    );
+
+    // The target goes away: not ready (the mirror keeps running and waits); back: ready.
+    clusters.target.broker_down(1).unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "not ready while the target is down",
+        || http_get(&addr, "/health/ready").0 == 503,
+    );
+    let (_, why) = http_get(&addr, "/health/ready");
+    assert!(why.contains("reach the target"), "{why}");
+    assert_eq!(http_get(&addr, "/health/live").0, 200);
+    clusters.target.broker_up(1).unwrap();
+    wait_until(Duration::from_secs(30), "ready again", || {
+        http_get(&addr, "/health/ready").0 == 200
+    });
+
+    assert_eq!(mirror.stop().code(), Some(0));
+    let log = mirror.log();
+    assert!(log.contains("progress: in "), "{log}");
+    assert!(log.contains("serving metrics at http://"), "{log}");
+    assert!(clusters.compare().is_exact());
+}
+
+#[test]
+fn a_metrics_address_in_use_is_a_usage_error() {
+    let clusters = MockPair::new(TOPIC, 1);
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let mut mirror = clusters.start(&[], &[], &["--metrics.addr", &addr]);
+    let status = mirror.wait(Duration::from_secs(30));
+    let log = mirror.log();
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(
+        log.contains("--metrics.addr") && log.contains(&addr),
+        "{log}"
+    );
+    let mut mirror = clusters.start(&[], &[], &["--metrics.addr", "not-an-address"]);
+    assert_eq!(mirror.wait(Duration::from_secs(30)).code(), Some(2));
+    assert!(
+        mirror.log().contains("not a HOST:PORT address"),
+        "{}",
+        mirror.log()
+    );
+}
+
+#[test]
+fn json_log_lines_are_one_object_each() {
+    let clusters = MockPair::new(TOPIC, 2);
+    clusters.write(0..200);
+    let mut mirror = clusters.start(
+        &[],
+        &[],
+        &["--offset.commit.interval.ms", "300", "--log.format", "json"],
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 200);
+    assert_eq!(mirror.stop().code(), Some(0));
+    let log = mirror.log();
+    let mut messages = Vec::new();
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let value: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON object ({e}): {line}"));
+        assert!(
+            value["level"].is_string() && value["timestamp"].is_string(),
+            "{line}"
+        );
+        messages.push(value["message"].as_str().unwrap_or_default().to_owned());
+    }
+    assert!(messages.iter().any(|m| m.starts_with("assigned")), "{log}");
+    assert!(messages.iter().any(|m| m.starts_with("stopped")), "{log}");
+}
+
+#[test]
+fn secrets_in_the_configs_never_reach_logs_errors_or_metrics() {
+    const SECRET: &str = "s3cr3t-Pa55word";
+    let clusters = MockPair::new(TOPIC, 2);
+    clusters.write(0..200);
+    let secrets = [
+        ("sasl.password", SECRET),
+        ("ssl.key.password", SECRET),
+        ("statistics.interval.ms", "500"),
+        ("debug", "conf,security"),
+    ];
+    let addr = free_local_addr();
+    // Debug logs, with librdkafka's configuration dump.
+    let mut mirror = clusters.start_logged(
+        &secrets,
+        &secrets,
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--metrics.addr",
+            &addr,
+        ],
+        "debug",
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 200);
+    let metrics = scrape(&addr);
+    assert_eq!(mirror.stop().code(), Some(0));
+    let log = mirror.log();
+    assert!(
+        log.contains("sasl.password"),
+        "expected the configuration dump:\n{log}"
+    );
+    assert!(!log.contains(SECRET), "the log shows a secret");
+    assert!(!metrics.contains(SECRET), "the metrics show a secret");
+
+    // A value librdkafka rejects in a file that also holds a secret: the error names the
+    // key at fault and still hides the secret.
+    let dir = tempdir();
+    let consumer = write_config(
+        dir.path(),
+        "consumer.toml",
+        &clusters.src(),
+        &[
+            ("group.id", "g"),
+            ("sasl.password", SECRET),
+            ("auto.offset.reset", SECRET),
+        ],
+    );
+    let producer = write_config(dir.path(), "producer.toml", &clusters.dst(), &[]);
+    let out = binary()
+        .args(["--whitelist", TOPIC, "--consumer.config"])
+        .arg(&consumer)
+        .arg("--producer.config")
+        .arg(&producer)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("auto.offset.reset"), "{stderr}");
+    assert!(
+        !stderr.contains(SECRET),
+        "the error shows a secret: {stderr}"
+    );
+}
