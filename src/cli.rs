@@ -177,6 +177,30 @@ pub struct MirrorArgs {
     )]
     pub rebalance_listener_args: String,
 
+    /// The target topic of each record, made from its source topic: "{topic}" keeps the
+    /// name, "primary.{topic}" adds a prefix. Applied after the message handler, if any.
+    #[arg(
+        long = "target.topic",
+        value_name = "TEMPLATE",
+        default_value = "{topic}"
+    )]
+    pub target_topic: String,
+
+    /// Active-active: add a provenance header (mirror-source: SOURCE NAME) to every mirrored
+    /// record, and do not mirror records whose provenance names the target cluster. Off by
+    /// default, so that records are copied byte for byte.
+    #[arg(long = "loop.prevention", value_name = "BOOL", default_value = "false", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub loop_prevention: bool,
+
+    /// This mirror's source cluster, as written into provenance headers.
+    #[arg(long = "source.cluster.name", value_name = "NAME")]
+    pub source_cluster_name: Option<String>,
+
+    /// This mirror's target cluster: records that came from it are not mirrored back.
+    #[arg(long = "target.cluster.name", value_name = "NAME")]
+    pub target_cluster_name: Option<String>,
+
     /// Serve Prometheus metrics at http://HOST:PORT/metrics, and /health/live and
     /// /health/ready (ready once every stream has its assignment and reaches the target).
     #[arg(long = "metrics.addr", value_name = "HOST:PORT")]

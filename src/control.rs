@@ -51,6 +51,8 @@ pub struct Stats {
     pub dropped: AtomicU64,
     /// Source records a message handler turned into no record.
     pub filtered: AtomicU64,
+    /// Source records not mirrored because they came from the target (`--loop.prevention`).
+    pub looped: AtomicU64,
     pub commits: AtomicU64,
     pub rebalances: AtomicU64,
     /// Histograms, error counts and the streams' own state, for `--metrics.addr`.

@@ -23,4 +23,5 @@ pub mod producer;
 pub mod rebalance;
 pub mod settings;
 pub mod stream;
+pub mod target;
 pub mod verify;

@@ -243,6 +243,11 @@ impl Collector for StreamCollector {
                 Stats::get(&stats.filtered),
             ),
             (
+                "mirror_records_looped",
+                "Source records not mirrored back to the cluster they came from (--loop.prevention)",
+                Stats::get(&stats.looped),
+            ),
+            (
                 "mirror_commits",
                 "Offset commits sent to the source cluster",
                 Stats::get(&stats.commits),

@@ -8,6 +8,7 @@ use regex::Regex;
 use crate::cli::{MirrorArgs, Partitioning};
 use crate::config::{ClientProps, ConfigError, Role};
 use crate::plugin::{HandlerPlugin, ListenerPlugin, PluginError};
+use crate::target::{Provenance, TopicTemplate};
 use std::sync::Arc;
 
 /// A usage or configuration error: the process exits 2.
@@ -86,6 +87,10 @@ pub struct Settings {
     pub max_in_flight_bytes: usize,
     pub handler: Option<Arc<HandlerPlugin>>,
     pub listener: Option<Arc<ListenerPlugin>>,
+    /// `--target.topic`, when it renames.
+    pub target_topic: Option<TopicTemplate>,
+    /// `--loop.prevention true`.
+    pub provenance: Option<Provenance>,
 }
 
 /// The producer queue we configure unless the user chose: small enough that memory stays
@@ -136,6 +141,17 @@ impl Settings {
                 startup_timeout: Duration::from_millis(args.startup_timeout_ms),
             },
         )?;
+        settings.target_topic =
+            TopicTemplate::parse(&args.target_topic).map_err(SettingsError::Usage)?;
+        if args.loop_prevention {
+            settings.provenance = Some(
+                Provenance::new(
+                    args.source_cluster_name.as_deref(),
+                    args.target_cluster_name.as_deref(),
+                )
+                .map_err(SettingsError::Usage)?,
+            );
+        }
         // Plugins last: loading runs their code, so only once everything else is valid.
         if let Some(path) = &args.message_handler {
             settings.handler = Some(HandlerPlugin::load(path, &args.message_handler_args)?);
@@ -206,6 +222,8 @@ impl Settings {
             max_in_flight_bytes: (queue_kbytes * 1024 / 2).max(1),
             handler: None,
             listener: None,
+            target_topic: None,
+            provenance: None,
         })
     }
 }

@@ -21,6 +21,7 @@ use crate::plugin::{Handler, PluginError};
 use crate::producer::{DeliveryContext, MirrorProducer, StreamShared};
 use crate::rebalance::{commit, MirrorConsumer, RebalanceContext};
 use crate::settings::Settings;
+use crate::target::{TargetNames, PROVENANCE_HEADER};
 
 /// How long one consumer poll may block when nothing arrives.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -68,6 +69,8 @@ pub struct Stream<'s> {
     handler: std::cell::RefCell<Option<Handler>>,
     /// How long a stream may wait for acknowledgements without polling the consumer.
     stall_limit: Duration,
+    /// `--target.topic`, rendered once per source topic.
+    targets: TargetNames,
     gate: Arc<ShutdownGate>,
 }
 
@@ -141,6 +144,7 @@ impl<'s> Stream<'s> {
             paused: false,
             handler: std::cell::RefCell::new(handler),
             stall_limit: stall_limit(settings),
+            targets: TargetNames::new(settings.target_topic.clone()),
             gate,
         })
     }
@@ -329,6 +333,20 @@ impl<'s> Stream<'s> {
         let bytes = message.payload_len() + message.key().map_or(0, <[u8]>::len);
         Stats::add(&stats.consumed, 1);
         Stats::add(&stats.consumed_bytes, bytes as u64);
+        if let Some(p) = &self.settings.provenance {
+            if p.came_from_target(message) {
+                // Not mirrored back where it came from; acknowledged at once.
+                Stats::add(&stats.looped, 1);
+                self.shared.tracker().begin(
+                    message.topic(),
+                    message.partition(),
+                    message.offset(),
+                    bytes,
+                    0,
+                );
+                return;
+            }
+        }
         if let Some(handler) = self.handler.borrow_mut().as_mut() {
             self.mirror_handled(handler, message, bytes);
             return;
@@ -340,8 +358,11 @@ impl<'s> Stream<'s> {
             bytes,
             1,
         );
-        let mut record: BaseRecord<'_, [u8], [u8], usize> =
-            BaseRecord::with_opaque_to(message.topic(), ticket.to_opaque());
+        let renamed = self.targets.renamed(message.topic());
+        let mut record: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(
+            renamed.as_deref().unwrap_or(message.topic()),
+            ticket.to_opaque(),
+        );
         if self.settings.partitioning == Partitioning::Preserve {
             record = record.partition(message.partition());
         }
@@ -352,6 +373,13 @@ impl<'s> Stream<'s> {
         }
         if let Some(headers) = message.headers() {
             record = record.headers(headers.detach());
+        }
+        if let Some(p) = &self.settings.provenance {
+            let headers = record.headers.take().unwrap_or_default();
+            record = record.headers(headers.insert(Header {
+                key: PROVENANCE_HEADER,
+                value: Some(p.source.as_bytes()),
+            }));
         }
         self.send(record);
     }
@@ -384,8 +412,11 @@ impl<'s> Stream<'s> {
             u32::try_from(outputs.len()).unwrap_or(u32::MAX),
         );
         for out in outputs {
-            let mut record: BaseRecord<'_, [u8], [u8], usize> =
-                BaseRecord::with_opaque_to(&out.topic, ticket.to_opaque());
+            let renamed = self.targets.renamed(&out.topic);
+            let mut record: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(
+                renamed.as_deref().unwrap_or(&out.topic),
+                ticket.to_opaque(),
+            );
             record.partition = out.partition.or(match self.settings.partitioning {
                 Partitioning::Preserve => Some(message.partition()),
                 Partitioning::Hash => None,
@@ -393,12 +424,19 @@ impl<'s> Stream<'s> {
             record.key = out.key.as_deref();
             record.payload = out.value.as_deref();
             record.timestamp = out.timestamp;
-            if !out.headers.is_empty() {
-                let mut headers = OwnedHeaders::new_with_capacity(out.headers.len());
+            let provenance = self.settings.provenance.as_ref();
+            if !out.headers.is_empty() || provenance.is_some() {
+                let mut headers = OwnedHeaders::new_with_capacity(out.headers.len() + 1);
                 for (key, value) in &out.headers {
                     headers = headers.insert(Header {
                         key,
                         value: value.as_deref(),
+                    });
+                }
+                if let Some(p) = provenance {
+                    headers = headers.insert(Header {
+                        key: PROVENANCE_HEADER,
+                        value: Some(p.source.as_bytes()),
                     });
                 }
                 record.headers = Some(headers);

@@ -273,3 +273,48 @@ fn help_documents_every_flag_with_its_default() {
         assert!(help.contains(flag), "{flag} missing from --help");
     }
 }
+
+#[test]
+fn a_target_topic_template_without_topic_or_with_bad_characters_is_refused() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let base = [
+        "--consumer.config",
+        &c,
+        "--producer.config",
+        &p,
+        "--whitelist",
+        "t",
+    ];
+    for (template, needle) in [("primary", "has no {topic}"), ("dr/{topic}", "'/'")] {
+        let mut args = base.to_vec();
+        args.extend(["--target.topic", template]);
+        assert_refused(&args, &["--target.topic", needle]);
+    }
+}
+
+#[test]
+fn loop_prevention_needs_both_cluster_names() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let base = [
+        "--consumer.config",
+        &c,
+        "--producer.config",
+        &p,
+        "--whitelist",
+        "t",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--loop.prevention", "--source.cluster.name", "eu"]);
+    assert_refused(&args, &["--target.cluster.name"]);
+    let mut args = base.to_vec();
+    args.extend([
+        "--loop.prevention",
+        "--source.cluster.name",
+        "eu",
+        "--target.cluster.name",
+        "eu",
+    ]);
+    assert_refused(&args, &["its own name"]);
+}

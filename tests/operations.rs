@@ -232,3 +232,84 @@ fn secrets_in_the_configs_never_reach_logs_errors_or_metrics() {
         "the error shows a secret: {stderr}"
     );
 }
+
+#[test]
+fn target_topic_template_renames_every_record() {
+    let clusters = MockPair::new(TOPIC, 2).with_target_topics(&["primary.orders"]);
+    clusters.write(0..300);
+    let log = clusters.mirror_until_committed(&["--target.topic", "primary.{topic}"], 300);
+    for partition in 0..2 {
+        assert_eq!(
+            clusters.target_records("primary.orders", partition),
+            clusters.source_records(partition),
+            "partition {partition}\n{log}"
+        );
+        assert!(clusters.target_records(TOPIC, partition).is_empty());
+    }
+}
+
+/// The provenance headers of a record, in order.
+fn provenance(r: &mirror_maker::verify::Record) -> Vec<String> {
+    r.headers
+        .iter()
+        .filter(|(k, _)| k == mirror_maker::target::PROVENANCE_HEADER)
+        .map(|(_, v)| String::from_utf8_lossy(v.as_deref().unwrap_or_default()).into_owned())
+        .collect()
+}
+
+#[test]
+fn active_active_mirrors_with_loop_prevention_copy_each_record_once_each_way() {
+    // Two clusters, "east" (MockPair's source) and "west" (its target), each with its own
+    // producers writing to the same topic name, and a mirror each way.
+    let clusters = MockPair::new(TOPIC, 2);
+    let (east, west) = (clusters.src(), clusters.dst());
+    write_samples(&east, TOPIC, 0..300, 2, 50).unwrap();
+    write_samples(&west, TOPIC, 1000..1200, 2, 50).unwrap();
+    let dir = tempdir();
+    let (ec, wp) = mirror_configs(dir.path(), &east, &west, &[], &[]);
+    let dir2 = tempdir();
+    let (wc, ep) = mirror_configs(dir2.path(), &west, &east, &[], &[]);
+    let flags = |from: &'static str, to: &'static str| {
+        vec![
+            "--offset.commit.interval.ms",
+            "300",
+            "--loop.prevention",
+            "--source.cluster.name",
+            from,
+            "--target.cluster.name",
+            to,
+        ]
+    };
+    let mut east_to_west = Mirror::start(&ec, &wp, TOPIC, &flags("east", "west"));
+    let mut west_to_east = Mirror::start(&wc, &ep, TOPIC, &flags("west", "east"));
+    // Each cluster ends with its own records and a copy of the other's: 500, and no more
+    // however long the mirrors keep running.
+    wait_committed(&mut east_to_west, &east, TOPIC, 2, 500);
+    wait_committed(&mut west_to_east, &west, TOPIC, 2, 500);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        east_to_west.stop().code(),
+        Some(0),
+        "{}",
+        east_to_west.log()
+    );
+    assert_eq!(
+        west_to_east.stop().code(),
+        Some(0),
+        "{}",
+        west_to_east.log()
+    );
+    for (cluster, own, copied_from) in [(&east, "east", "west"), (&west, "west", "east")] {
+        let all: Vec<_> = (0..2).flat_map(|p| records(cluster, TOPIC, p)).collect();
+        assert_eq!(all.len(), 500, "{own}");
+        let copies = all.iter().filter(|r| !provenance(r).is_empty()).count();
+        let expected_copies = if own == "east" { 200 } else { 300 };
+        assert_eq!(copies, expected_copies, "{own}");
+        assert!(
+            all.iter()
+                .all(|r| provenance(r).is_empty() || provenance(r) == [copied_from]),
+            "{own}: a record went round"
+        );
+    }
+    assert!(committed_total(&east, TOPIC, 2) == 500 && committed_total(&west, TOPIC, 2) == 500);
+}
