@@ -10,12 +10,14 @@
 //! - [`rebalance`]: flush and commit before partitions move, and the commits themselves;
 //! - [`control`]: stop requests, fatal errors, counters; [`demo`]: the embedded default.
 
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod control;
 pub mod demo;
 pub mod logging;
 pub mod metrics;
+pub mod notify;
 pub mod offsets;
 pub mod pipeline;
 pub mod plugin;

@@ -50,7 +50,25 @@ fn main() -> ExitCode {
             }
         },
         Some(Command::Verify(args)) => run_verify(&args),
+        Some(Command::Check(args)) => run_check(&args),
         None => run_mirror(&cli.mirror),
+    }
+}
+
+fn run_check(args: &MirrorArgs) -> ExitCode {
+    let settings = match Settings::from_args(args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(BAD_USAGE);
+        }
+    };
+    let report = mirror_maker::check::check(&settings);
+    print!("{}", report.render());
+    if report.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(RUNTIME_FAILURE)
     }
 }
 
@@ -126,6 +144,7 @@ fn run_mirror(args: &MirrorArgs) -> ExitCode {
     if !progress.is_zero() {
         metrics::log_progress(stats.clone(), control.clone(), progress);
     }
+    mirror_maker::notify::start(stats.clone(), control.clone(), settings.num_streams);
     if let Err(e) = watch_signals(control.clone()) {
         eprintln!("error: cannot install signal handlers: {e:#}");
         return ExitCode::from(RUNTIME_FAILURE);
@@ -210,6 +229,7 @@ fn watch_signals(control: Arc<Control>) -> anyhow::Result<()> {
                     };
                     if round == 0 {
                         tracing::info!("{name}: stopping (flush, commit, exit)");
+                        mirror_maker::notify::stopping();
                         control.request_stop();
                     } else {
                         tracing::warn!("{name} again: exiting now without waiting for the flush");

@@ -78,6 +78,14 @@ impl Telemetry {
             .observe((now - timestamp_ms).max(0) as f64 / 1000.0);
     }
 
+    /// When each stream's loop last turned, in milliseconds since start.
+    pub fn streams_turned(&self) -> Vec<u64> {
+        self.streams()
+            .iter()
+            .map(|s| s.last_turn.load(Ordering::Relaxed))
+            .collect()
+    }
+
     fn streams(&self) -> Vec<Arc<StreamShared>> {
         self.streams
             .lock()

@@ -33,6 +33,8 @@ pub struct StreamShared {
     pub assigned: AtomicBool,
     /// Whether the producer's latest statistics showed a target broker connected.
     pub target_up: AtomicBool,
+    /// When the stream's loop last turned (ms since start), for the systemd watchdog.
+    pub last_turn: std::sync::atomic::AtomicU64,
     /// Per assigned source partition, the consumer's lag in its latest statistics.
     pub lag: Mutex<Vec<(String, i32, i64)>>,
 }

@@ -91,6 +91,7 @@ impl<'s> Stream<'s> {
             assigned: false.into(),
             target_up: true.into(),
             lag: Default::default(),
+            last_turn: Default::default(),
         });
         shared.stats.telemetry.register(&shared);
         let producer: MirrorProducer = settings
@@ -166,6 +167,7 @@ impl<'s> Stream<'s> {
                 Some(Err(e)) => self.consumer_error(e),
             }
             let now = Instant::now();
+            crate::notify::turned(&self.shared.stats, &self.shared.last_turn, now);
             if now >= next_commit {
                 if let Err(e) = commit(&self.consumer, &self.shared, None, CommitMode::Async) {
                     tracing::warn!(
@@ -288,6 +290,7 @@ impl<'s> Stream<'s> {
                 self.set_paused(true, records, bytes);
                 return;
             }
+            crate::notify::turned(&self.shared.stats, &self.shared.last_turn, Instant::now());
             self.producer.poll(Duration::from_millis(5));
         }
     }

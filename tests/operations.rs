@@ -313,3 +313,152 @@ fn active_active_mirrors_with_loop_prevention_copy_each_record_once_each_way() {
     }
     assert!(committed_total(&east, TOPIC, 2) == 500 && committed_total(&west, TOPIC, 2) == 500);
 }
+
+#[test]
+fn systemd_hears_ready_watchdog_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let clusters = MockPair::new(TOPIC, 2);
+    clusters.write(0..100);
+    let dir = tempdir();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let mut mirror = Mirror::start_with_env(
+        &c,
+        &p,
+        TOPIC,
+        &["--offset.commit.interval.ms", "300"],
+        &[
+            ("NOTIFY_SOCKET", socket_path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "1000000"),
+        ],
+    );
+    let mut heard: Vec<String> = Vec::new();
+    let mut listen = |heard: &mut Vec<String>, until: &dyn Fn(&[String]) -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut buf = [0u8; 512];
+        while !until(heard) && std::time::Instant::now() < deadline {
+            if let Ok(n) = socket.recv(&mut buf) {
+                heard.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+        }
+    };
+    listen(&mut heard, &|h| {
+        h.iter().any(|m| m.contains("READY=1"))
+            && h.iter().filter(|m| m.as_str() == "WATCHDOG=1").count() >= 3
+    });
+    assert!(heard.iter().any(|m| m.starts_with("READY=1")), "{heard:?}");
+    assert!(
+        heard.iter().filter(|m| *m == "WATCHDOG=1").count() >= 3,
+        "{heard:?}"
+    );
+    mirror.signal("TERM");
+    listen(&mut heard, &|h| h.iter().any(|m| m.contains("STOPPING=1")));
+    assert!(
+        heard.iter().any(|m| m.starts_with("STOPPING=1")),
+        "{heard:?}"
+    );
+    assert_eq!(
+        mirror.wait(Duration::from_secs(30)).code(),
+        Some(0),
+        "{}",
+        mirror.log()
+    );
+}
+
+/// Runs `mirror-maker check` with these configs and flags: exit code and stdout.
+fn check(consumer: &std::path::Path, producer: &std::path::Path, flags: &[&str]) -> (i32, String) {
+    let out = binary()
+        .arg("check")
+        .arg("--consumer.config")
+        .arg(consumer)
+        .arg("--producer.config")
+        .arg(producer)
+        .args(flags)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), format!("{stdout}{stderr}"))
+}
+
+#[test]
+fn check_lists_what_would_be_mirrored_and_explains_each_problem() {
+    let clusters = MockPair::new(TOPIC, 2).with_target_topics(&["dr.orders"]);
+    clusters.source.create_topic("payments", 4, 1).unwrap();
+    clusters.target.create_topic("payments", 2, 1).unwrap();
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+
+    let (code, out) = check(&c, &p, &["--whitelist", "orders"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("orders (2 partitions) -> orders: exists, 2 partitions"),
+        "{out}"
+    );
+    assert!(out.contains("OK: ready to mirror"), "{out}");
+
+    let (code, out) = check(
+        &c,
+        &p,
+        &["--whitelist", "orders", "--target.topic", "dr.{topic}"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("orders (2 partitions) -> dr.orders: exists"),
+        "{out}"
+    );
+
+    let (code, out) = check(
+        &c,
+        &p,
+        &[
+            "--whitelist",
+            "orders|payments",
+            "--target.topic",
+            "x.{topic}",
+        ],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("problem: target topic x.orders does not exist: create it with 2 partitions"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "problem: target topic x.payments does not exist: create it with 4 partitions"
+        ),
+        "{out}"
+    );
+
+    let (code, out) = check(&c, &p, &["--whitelist", "payments"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("has 2 partitions, source topic payments has 4"),
+        "{out}"
+    );
+    let (code, out) = check(
+        &c,
+        &p,
+        &["--whitelist", "payments", "--partitioning", "hash"],
+    );
+    assert_eq!(code, 0, "{out}");
+
+    let nowhere = write_config(dir.path(), "nowhere.toml", "127.0.0.1:1", &[]);
+    let (code, out) = check(
+        &c,
+        &nowhere,
+        &["--whitelist", "orders", "--startup.timeout.ms", "2000"],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("cannot reach the target cluster (bootstrap.servers = 127.0.0.1:1"),
+        "{out}"
+    );
+
+    let (code, out) = check(&c, &p, &["--whitelist", "("]);
+    assert_eq!(code, 2, "{out}");
+}

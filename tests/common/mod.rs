@@ -87,6 +87,24 @@ impl Mirror {
         extra: &[&str],
         rust_log: &str,
     ) -> Mirror {
+        Mirror::start_with_env(
+            consumer,
+            producer,
+            whitelist,
+            extra,
+            &[("RUST_LOG", rust_log)],
+        )
+    }
+
+    /// Like [`Mirror::start`] with these environment variables set (`RUST_LOG` defaults to
+    /// `info`).
+    pub fn start_with_env(
+        consumer: &Path,
+        producer: &Path,
+        whitelist: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Mirror {
         let dir = tempdir();
         let log = dir.path().join("stderr.log");
         let mut cmd = binary();
@@ -97,7 +115,8 @@ impl Mirror {
             .arg("--whitelist")
             .arg(whitelist)
             .args(extra)
-            .env("RUST_LOG", rust_log)
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"));
         let child = cmd.spawn().expect("starting mirror-maker");
