@@ -337,7 +337,7 @@ fn systemd_hears_ready_watchdog_and_stopping() {
         ],
     );
     let mut heard: Vec<String> = Vec::new();
-    let mut listen = |heard: &mut Vec<String>, until: &dyn Fn(&[String]) -> bool| {
+    let listen = |heard: &mut Vec<String>, until: &dyn Fn(&[String]) -> bool| {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let mut buf = [0u8; 512];
         while !until(heard) && std::time::Instant::now() < deadline {
