@@ -13,5 +13,7 @@ RUN apt-get update \
  && useradd --system --uid 10001 --no-create-home mirror
 COPY --from=build /src/target/release/mirror-maker /usr/local/bin/mirror-maker
 USER 10001
+# --metrics.addr 0.0.0.0:9464 serves /metrics, /health/live and /health/ready here.
+EXPOSE 9464
 ENTRYPOINT ["/usr/local/bin/mirror-maker"]
 CMD ["--help"]

@@ -1,0 +1,210 @@
+//! What ships for deployment and cannot run here (no systemd as init, no Docker engine) is
+//! checked as far as it can be: the systemd unit with systemd's own verifier, the compose file
+//! and Dockerfile by reading them, the example configs by loading them as a mirror would.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use mirror_maker::config::{ClientProps, Role};
+use yaml_rust2::{Yaml, YamlLoader};
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[test]
+fn the_systemd_unit_passes_systemds_verifier() {
+    let unit = read("config/mirror-maker.service");
+    assert!(unit.contains("\nType=notify\n"), "{unit}");
+    assert!(unit.contains("ExecStartPre=/usr/local/bin/mirror-maker check"));
+    assert!(unit.contains("WatchdogSec="));
+    assert!(unit.contains("RestartPreventExitStatus=2"));
+    // The verifier wants the binaries to exist: point them at the one just built.
+    let dir = common::tempdir();
+    let path = dir.path().join("mirror-maker.service");
+    std::fs::write(
+        &path,
+        unit.replace(
+            "/usr/local/bin/mirror-maker",
+            env!("CARGO_BIN_EXE_mirror-maker"),
+        ),
+    )
+    .unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze (Debian package systemd; scripts/test installs it)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let about_unit: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("mirror-maker.service"))
+        .collect();
+    assert!(out.status.success() && about_unit.is_empty(), "{stderr}");
+}
+
+#[test]
+fn the_systemd_verifier_catches_a_broken_unit() {
+    // So that the test above cannot pass by the verifier saying nothing at all.
+    let dir = common::tempdir();
+    let path = dir.path().join("mirror-maker.service");
+    let broken = read("config/mirror-maker.service")
+        .replace(
+            "/usr/local/bin/mirror-maker",
+            env!("CARGO_BIN_EXE_mirror-maker"),
+        )
+        .replace("Type=notify", "Type=notfy");
+    std::fs::write(&path, broken).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("notfy"));
+}
+
+fn service<'a>(compose: &'a Yaml, name: &str) -> &'a Yaml {
+    let s = &compose["services"][name];
+    assert!(!s.is_badvalue(), "service {name} missing");
+    s
+}
+
+fn strings(y: &Yaml) -> Vec<String> {
+    y.as_vec()
+        .map(|v| {
+            v.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_compose_file_wires_two_kraft_clusters_a_producer_and_the_mirror() {
+    let docs = YamlLoader::load_from_str(&read("docker-compose.yml")).expect("valid YAML");
+    let compose = &docs[0];
+    for (name, port) in [
+        ("source-kafka", "19092:9092"),
+        ("target-kafka", "29092:9092"),
+    ] {
+        let s = service(compose, name);
+        assert!(s["image"].as_str().unwrap().starts_with("apache/kafka:"));
+        assert_eq!(strings(&s["ports"]), [port]);
+        let environment = &s["environment"];
+        // Compose applies YAML merge keys (`<<: *kafka-env`); the YAML reader does not.
+        let env = |key: &str| {
+            let own = &environment[key];
+            if own.is_badvalue() {
+                environment["<<"][key].clone()
+            } else {
+                own.clone()
+            }
+        };
+        assert_eq!(
+            env("KAFKA_PROCESS_ROLES").as_str(),
+            Some("broker,controller"),
+            "{name} runs KRaft"
+        );
+        assert_eq!(
+            env("KAFKA_ADVERTISED_LISTENERS").as_str(),
+            Some(format!("PLAINTEXT://{name}:9092").as_str())
+        );
+        assert_eq!(
+            env("KAFKA_CONTROLLER_QUORUM_VOTERS").as_str(),
+            Some(format!("1@{name}:9093").as_str())
+        );
+    }
+    let producer = strings(&service(compose, "producer")["command"]);
+    let topic = &producer[producer.iter().position(|a| a == "--topic").unwrap() + 1];
+    assert!(producer.contains(&"bootstrap.servers=source-kafka:9092".to_owned()));
+
+    let mirror = service(compose, "mirror-maker");
+    assert_eq!(mirror["build"].as_str(), Some("."));
+    assert_eq!(
+        strings(&mirror["volumes"]),
+        ["./config:/etc/mirror-maker:ro"]
+    );
+    assert_eq!(strings(&mirror["ports"]), ["9464:9464"]);
+    let args = strings(&mirror["command"]);
+    let arg = |flag: &str| args[args.iter().position(|a| a == flag).unwrap() + 1].clone();
+    // The mirror's configs are the repository's, mounted read-only, and point at the
+    // compose services; its whitelist takes the producer's topic.
+    let consumer = ClientProps::load(
+        Role::Consumer,
+        &repo(&arg("--consumer.config").replace("/etc/mirror-maker", "config")),
+    )
+    .unwrap();
+    let target = ClientProps::load(
+        Role::Producer,
+        &repo(&arg("--producer.config").replace("/etc/mirror-maker", "config")),
+    )
+    .unwrap();
+    assert_eq!(consumer.get("bootstrap.servers"), Some("source-kafka:9092"));
+    assert_eq!(target.get("bootstrap.servers"), Some("target-kafka:9092"));
+    let whitelist = mirror_maker::settings::TopicFilter::new(&arg("--whitelist")).unwrap();
+    assert!(whitelist.matches(topic), "{topic}");
+    assert_eq!(arg("--metrics.addr"), "0.0.0.0:9464");
+}
+
+#[test]
+fn the_dockerfile_builds_in_its_own_stage_and_runs_small_and_unprivileged() {
+    let dockerfile = read("Dockerfile");
+    let froms: Vec<&str> = dockerfile
+        .lines()
+        .filter(|l| l.starts_with("FROM "))
+        .collect();
+    assert_eq!(froms.len(), 2, "multi-stage: {froms:?}");
+    assert!(froms[0].contains(" AS build"));
+    assert!(
+        froms[1].contains("-slim"),
+        "small runtime image: {}",
+        froms[1]
+    );
+    let user = dockerfile
+        .lines()
+        .rfind(|l| l.starts_with("USER "))
+        .expect("a USER line");
+    assert_ne!(user.trim(), "USER root");
+    assert_ne!(user.trim(), "USER 0");
+    assert!(dockerfile.contains("--bin mirror-maker"));
+    assert!(dockerfile.contains("EXPOSE 9464"));
+    assert!(read(".dockerignore").lines().any(|l| l.trim() == "target"));
+}
+
+#[test]
+fn every_example_config_loads_and_passes_the_no_data_loss_rules() {
+    let mut checked = 0;
+    let mut dirs = vec![repo("config")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let role = if name.contains("consumer") {
+                Role::Consumer
+            } else if name.contains("producer") {
+                Role::Producer
+            } else {
+                continue;
+            };
+            let mut props = ClientProps::load(role, &path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let result = match role {
+                Role::Consumer => props.apply_consumer_rules(true),
+                Role::Producer => props.apply_producer_rules(true),
+            };
+            result.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            checked += 1;
+        }
+    }
+    assert!(checked >= 9, "only {checked} example configs found");
+}
