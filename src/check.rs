@@ -110,13 +110,18 @@ pub fn check(settings: &Settings) -> CheckReport {
             .target_topic
             .as_ref()
             .map_or_else(|| topic.clone(), |t| t.render(topic));
+        let creates = settings.create_topics.is_some();
         let status = match target.get(&target_topic) {
+            None if creates => format!("missing, will be created with {partitions} partitions"),
             None => {
                 report.problems.push(format!(
                     "target topic {target_topic} does not exist: create it with {partitions} \
-                     partitions (mirror-maker does not create topics yet)"
+                     partitions, or run with --create.topics true"
                 ));
                 "missing".to_owned()
+            }
+            Some(&have) if have < *partitions && creates => {
+                format!("{have} partitions, {} will be added", partitions - have)
             }
             Some(&have)
                 if have < *partitions && settings.partitioning == Partitioning::Preserve =>

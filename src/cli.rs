@@ -190,6 +190,19 @@ pub struct MirrorArgs {
     )]
     pub target_topic: String,
 
+    /// Before a partition of a new topic is fetched, create its target topic with the
+    /// source's partition count, a replication factor capped at the target's brokers, and the
+    /// configs of --create.topics.configs; add partitions the target lacks.
+    #[arg(long = "create.topics", value_name = "BOOL", default_value = "true", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub create_topics: bool,
+
+    /// Topic configs copied from the source topic when its target topic is created
+    /// (comma-separated; the source topic's effective values, defaults included).
+    #[arg(long = "create.topics.configs", value_name = "LIST",
+          default_value = crate::topics::DEFAULT_COPIED_CONFIGS)]
+    pub create_topics_configs: String,
+
     /// Active-active: add a provenance header (mirror-source: SOURCE NAME) to every mirrored
     /// record, and do not mirror records whose provenance names the target cluster. Off by
     /// default, so that records are copied byte for byte.

@@ -26,4 +26,5 @@ pub mod rebalance;
 pub mod settings;
 pub mod stream;
 pub mod target;
+pub mod topics;
 pub mod verify;

@@ -10,6 +10,7 @@ use rdkafka::producer::{BaseProducer, Producer};
 use crate::control::{Control, ShutdownGate, Stats};
 use crate::settings::Settings;
 use crate::stream::{matching_topics, Stream, StreamError};
+use crate::topics::TopicCreator;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MirrorError {
@@ -51,6 +52,20 @@ pub fn run(
         topics.len()
     );
 
+    let creator = match &settings.create_topics {
+        Some(configs) => Some(Arc::new(
+            TopicCreator::new(
+                &settings.consumer,
+                &settings.producer,
+                settings.target_topic.clone(),
+                configs,
+                settings.partitioning == crate::cli::Partitioning::Preserve,
+                settings.startup_timeout,
+            )
+            .map_err(|e| MirrorError::Fatal(format!("cannot create the admin clients: {e}")))?,
+        )),
+        None => None,
+    };
     let gate = Arc::new(ShutdownGate::new(settings.num_streams));
     let results: Vec<Result<Result<crate::stream::StreamReport, StreamError>, usize>> =
         thread::scope(|scope| {
@@ -60,6 +75,7 @@ pub fn run(
                     let stats = stats.clone();
                     let topics = topics.clone();
                     let gate = gate.clone();
+                    let creator = creator.clone();
                     let handle = thread::Builder::new()
                         .name(format!("stream-{id}"))
                         .spawn_scoped(scope, move || {
@@ -69,6 +85,7 @@ pub fn run(
                                 control.clone(),
                                 stats,
                                 gate.clone(),
+                                creator,
                             ) {
                                 Ok(stream) => stream.run(topics),
                                 Err(e) => {

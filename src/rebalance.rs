@@ -36,6 +36,8 @@ pub struct RebalanceContext {
     pub assignment_changed: AtomicBool,
     /// The user's rebalance listener, called after the internal one.
     pub listener: Option<Mutex<Listener>>,
+    /// `--create.topics`: target topics made before their partitions are fetched.
+    pub topics: Option<Arc<crate::topics::TopicCreator>>,
 }
 
 impl RebalanceContext {
@@ -222,6 +224,16 @@ impl ConsumerContext for RebalanceContext {
                     list.len(),
                     list.join(" ")
                 );
+                if let Some(creator) = &self.topics {
+                    let mut topics: Vec<&str> =
+                        partitions.iter().map(|(t, _)| t.as_str()).collect();
+                    topics.dedup();
+                    for topic in topics {
+                        if let Err(e) = creator.ensure(topic) {
+                            self.shared.control.fail(e.to_string());
+                        }
+                    }
+                }
                 if !partitions.is_empty() {
                     let id = member_id(consumer);
                     self.call_listener("before_starting_fetchers", |l| {

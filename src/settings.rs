@@ -91,6 +91,8 @@ pub struct Settings {
     pub target_topic: Option<TopicTemplate>,
     /// `--loop.prevention true`.
     pub provenance: Option<Provenance>,
+    /// `--create.topics`: the topic configs to copy, or `None` not to create topics.
+    pub create_topics: Option<String>,
 }
 
 /// The producer queue we configure unless the user chose: small enough that memory stays
@@ -141,6 +143,9 @@ impl Settings {
                 startup_timeout: Duration::from_millis(args.startup_timeout_ms),
             },
         )?;
+        settings.create_topics = args
+            .create_topics
+            .then(|| args.create_topics_configs.clone());
         settings.target_topic =
             TopicTemplate::parse(&args.target_topic).map_err(SettingsError::Usage)?;
         if args.loop_prevention {
@@ -224,6 +229,7 @@ impl Settings {
             listener: None,
             target_topic: None,
             provenance: None,
+            create_topics: None,
         })
     }
 }

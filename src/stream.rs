@@ -22,6 +22,7 @@ use crate::producer::{DeliveryContext, MirrorProducer, StreamShared};
 use crate::rebalance::{commit, MirrorConsumer, RebalanceContext};
 use crate::settings::Settings;
 use crate::target::{TargetNames, PROVENANCE_HEADER};
+use crate::topics::TopicCreator;
 
 /// How long one consumer poll may block when nothing arrives.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -81,6 +82,7 @@ impl<'s> Stream<'s> {
         control: Arc<Control>,
         stats: Arc<Stats>,
         gate: Arc<ShutdownGate>,
+        topics: Option<Arc<TopicCreator>>,
     ) -> Result<Stream<'s>, StreamError> {
         let shared = Arc::new(StreamShared {
             stream: id,
@@ -129,6 +131,7 @@ impl<'s> Stream<'s> {
                 closing: false.into(),
                 assignment_changed: false.into(),
                 listener,
+                topics,
             })
             .map_err(|source| StreamError::Create {
                 stream: id,

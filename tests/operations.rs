@@ -412,15 +412,24 @@ fn check_lists_what_would_be_mirrored_and_explains_each_problem() {
         "{out}"
     );
 
+    let renamed = [
+        "--whitelist",
+        "orders|payments",
+        "--target.topic",
+        "x.{topic}",
+    ];
+    let (code, out) = check(&c, &p, &renamed);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(
+            "orders (2 partitions) -> x.orders: missing, will be created with 2 partitions"
+        ),
+        "{out}"
+    );
     let (code, out) = check(
         &c,
         &p,
-        &[
-            "--whitelist",
-            "orders|payments",
-            "--target.topic",
-            "x.{topic}",
-        ],
+        &[&renamed[..], &["--create.topics", "false"]].concat(),
     );
     assert_eq!(code, 1, "{out}");
     assert!(
@@ -435,16 +444,19 @@ fn check_lists_what_would_be_mirrored_and_explains_each_problem() {
     );
 
     let (code, out) = check(&c, &p, &["--whitelist", "payments"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("payments (4 partitions) -> payments: 2 partitions, 2 will be added"),
+        "{out}"
+    );
+    let fixed = ["--whitelist", "payments", "--create.topics", "false"];
+    let (code, out) = check(&c, &p, &fixed);
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("has 2 partitions, source topic payments has 4"),
         "{out}"
     );
-    let (code, out) = check(
-        &c,
-        &p,
-        &["--whitelist", "payments", "--partitioning", "hash"],
-    );
+    let (code, out) = check(&c, &p, &[&fixed[..], &["--partitioning", "hash"]].concat());
     assert_eq!(code, 0, "{out}");
 
     let nowhere = write_config(dir.path(), "nowhere.toml", "127.0.0.1:1", &[]);

@@ -215,3 +215,63 @@ fn clean_bounces_on_tansu_lose_nothing() {
     clean_bounces_on_tansu("range", 3);
     clean_bounces_on_tansu("cooperative-sticky", 2);
 }
+
+#[test]
+fn target_topics_are_created_like_the_source_before_they_are_fetched() {
+    let source = Tansu::start("create-source");
+    let target = Tansu::start("create-target");
+    // Only the source has the topic; the target has nothing.
+    create_topic_with(
+        &source.bootstrap,
+        "created",
+        3,
+        &[("retention.ms", "3600000"), ("cleanup.policy", "compact")],
+    );
+    write_samples(&source.bootstrap, "created", 0..90, 3, 40).unwrap();
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &source.bootstrap, &target.bootstrap, &[], &[]);
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        "created",
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--target.topic",
+            "dr.{topic}",
+        ],
+    );
+    wait_committed(&mut mirror, &source.bootstrap, "created", 3, 90);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    assert!(
+        log.contains("created target topic dr.created: 3 partitions, replication factor 1"),
+        "log:\n{log}"
+    );
+    let copied = topic_configs(&target.bootstrap, "dr.created");
+    for config in [("cleanup.policy", "compact"), ("retention.ms", "3600000")] {
+        assert!(
+            copied.contains(&(config.0.to_owned(), config.1.to_owned())),
+            "{config:?} not in {copied:?}\nsource: {:?}",
+            topic_configs(&source.bootstrap, "created")
+        );
+    }
+    for partition in 0..3 {
+        let from = read_until_quiet(
+            &source.bootstrap,
+            "created",
+            partition,
+            Duration::from_secs(3),
+        )
+        .unwrap();
+        let to = read_until_quiet(
+            &target.bootstrap,
+            "dr.created",
+            partition,
+            Duration::from_secs(3),
+        )
+        .unwrap();
+        assert_eq!(from.len(), 30);
+        assert_eq!(to, from, "partition {partition}");
+    }
+}

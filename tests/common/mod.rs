@@ -261,24 +261,60 @@ pub fn wait_committed(
 
 /// Creates topics with the admin API (tansu; the mock cluster has no CreateTopics).
 pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+    create_topic_with(bootstrap, topic, partitions, &[]);
+}
+
+fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("log_level", "3")
         .create()
-        .expect("an admin client");
-    let rt = tokio::runtime::Builder::new_current_thread()
+        .expect("an admin client")
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("a runtime");
-    let results = rt
-        .block_on(admin.create_topics(
-            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-        ))
-        .expect("CreateTopics");
+        .expect("a runtime")
+        .block_on(f)
+}
+
+/// Creates a topic with these topic configs.
+pub fn create_topic_with(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        new_topic = new_topic.set(k, v);
+    }
+    let results = block_on(admin(bootstrap).create_topics(
+        &[new_topic],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+    ))
+    .expect("CreateTopics");
     for r in results {
         r.unwrap_or_else(|(t, e)| panic!("creating {t} on {bootstrap}: {e}"));
     }
+}
+
+/// A topic's configs, as the cluster describes them (tansu marks every one as a default).
+pub fn topic_configs(bootstrap: &str, topic: &str) -> Vec<(String, String)> {
+    let results = block_on(admin(bootstrap).describe_configs(
+        &[rdkafka::admin::ResourceSpecifier::Topic(topic)],
+        &AdminOptions::new(),
+    ))
+    .expect("DescribeConfigs");
+    let resource = results
+        .into_iter()
+        .next()
+        .expect("one resource")
+        .expect("described");
+    let mut out: Vec<(String, String)> = resource
+        .entries
+        .into_iter()
+        .filter_map(|e| Some((e.name, e.value?)))
+        .collect();
+    out.sort();
+    out
 }
 
 /// A tansu broker (an independent Kafka implementation) on a free loopback port.

@@ -1,0 +1,293 @@
+//! Target topics made to match the source (`--create.topics true`): before an assigned
+//! partition is fetched, its target topic is created with the source's partition count, a
+//! replication factor capped at the target's brokers, and the topic configs that matter; a
+//! target topic with fewer partitions than the source gets the missing ones.
+//!
+//! Called from the rebalance callback (the stream's thread), before fetching starts. Several
+//! streams may ask at once; one lock makes them take turns and a cache answers repeats.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rdkafka::admin::{
+    AdminClient, AdminOptions, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
+};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::metadata::Metadata;
+
+use crate::config::ClientProps;
+use crate::target::TopicTemplate;
+
+/// Topic configs copied from source to target unless `--create.topics.configs` says otherwise.
+pub const DEFAULT_COPIED_CONFIGS: &str = "cleanup.policy,retention.ms,retention.bytes,\
+delete.retention.ms,min.compaction.lag.ms,max.compaction.lag.ms,min.cleanable.dirty.ratio,\
+max.message.bytes,message.timestamp.type";
+
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    #[error("cannot create target topic {topic} ({partitions} partitions, replication factor {replication}): the target cluster refused: {reason}. Create it yourself, or grant the mirror's principal CREATE on it")]
+    CreateRefused {
+        topic: String,
+        partitions: usize,
+        replication: i32,
+        reason: String,
+    },
+    #[error("target topic {topic} has {have} partitions and source topic {source_topic} has {want}; adding partitions was refused: {reason}. Add them yourself, or use --partitioning hash")]
+    GrowRefused {
+        topic: String,
+        source_topic: String,
+        have: usize,
+        want: usize,
+        reason: String,
+    },
+    #[error("cannot read the metadata of topic {topic} on the {cluster} cluster: {reason}")]
+    Metadata {
+        cluster: &'static str,
+        topic: String,
+        reason: String,
+    },
+}
+
+/// Creates target topics and partitions as the source has them.
+pub struct TopicCreator {
+    source: AdminClient<DefaultClientContext>,
+    target: AdminClient<DefaultClientContext>,
+    template: Option<TopicTemplate>,
+    copied: Vec<String>,
+    /// Partitions each target topic is known to have (after creating or growing it).
+    known: Mutex<HashMap<String, usize>>,
+    runtime: tokio::runtime::Runtime,
+    timeout: Duration,
+    /// Whether the target must have every source partition number (`--partitioning preserve`).
+    preserve: bool,
+}
+
+impl std::fmt::Debug for TopicCreator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopicCreator")
+            .field("copied", &self.copied)
+            .finish_non_exhaustive()
+    }
+}
+
+fn partitions_of(metadata: &Metadata, topic: &str) -> Option<(usize, i32)> {
+    let t = metadata.topics().iter().find(|t| t.name() == topic)?;
+    if t.error().is_some() || t.partitions().is_empty() {
+        return None;
+    }
+    let replication = t.partitions()[0].replicas().len() as i32;
+    Some((t.partitions().len(), replication))
+}
+
+impl TopicCreator {
+    pub fn new(
+        consumer: &ClientProps,
+        producer: &ClientProps,
+        template: Option<TopicTemplate>,
+        copied: &str,
+        preserve: bool,
+        timeout: Duration,
+    ) -> Result<TopicCreator, String> {
+        let admin = |props: &ClientProps| {
+            props
+                .connection_config()
+                .create::<AdminClient<DefaultClientContext>>()
+                .map_err(|e| format!("{}: {e}", props.path.display()))
+        };
+        Ok(TopicCreator {
+            source: admin(consumer)?,
+            target: admin(producer)?,
+            template,
+            copied: copied
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            known: Mutex::default(),
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .build()
+                .map_err(|e| e.to_string())?,
+            timeout,
+            preserve,
+        })
+    }
+
+    /// Every admin request waits at most `timeout` for the broker's answer.
+    fn options(&self) -> AdminOptions {
+        AdminOptions::new()
+            .request_timeout(Some(self.timeout))
+            .operation_timeout(Some(self.timeout))
+    }
+
+    fn target_name(&self, topic: &str) -> String {
+        self.template
+            .as_ref()
+            .map_or_else(|| topic.to_owned(), |t| t.render(topic))
+    }
+
+    fn metadata(&self, cluster: &'static str, topic: &str) -> Result<Metadata, TopicError> {
+        let client = if cluster == "source" {
+            self.source.inner()
+        } else {
+            self.target.inner()
+        };
+        client
+            .fetch_metadata(Some(topic), self.timeout)
+            .map_err(|e| TopicError::Metadata {
+                cluster,
+                topic: topic.to_owned(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Makes sure the target topic of `source_topic` exists and has at least as many
+    /// partitions as the source. Returns the target topic's name.
+    pub fn ensure(&self, source_topic: &str) -> Result<String, TopicError> {
+        let target_topic = self.target_name(source_topic);
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let source = self.metadata("source", source_topic)?;
+        let Some((want, source_replication)) = partitions_of(&source, source_topic) else {
+            // Gone from the source: nothing to create; the stream handles the topic's error.
+            return Ok(target_topic);
+        };
+        if known.get(&target_topic).is_some_and(|have| *have >= want) {
+            return Ok(target_topic);
+        }
+        let target = self.metadata("target", &target_topic)?;
+        let have = match partitions_of(&target, &target_topic) {
+            Some((have, _)) => have,
+            None => {
+                let brokers = target.brokers().len().max(1) as i32;
+                let replication = source_replication.clamp(1, brokers);
+                self.create(source_topic, &target_topic, want, replication)?;
+                want
+            }
+        };
+        if have < want {
+            self.grow(source_topic, &target_topic, have, want)?;
+        }
+        known.insert(target_topic.clone(), want.max(have));
+        Ok(target_topic)
+    }
+
+    /// The topic configs to copy: the source topic's effective values of the listed keys
+    /// (defaults included, so the target topic behaves as the source topic does even where
+    /// the brokers' defaults differ). A source that cannot describe them gets a warning, not
+    /// a failure.
+    fn configs_to_copy(&self, source_topic: &str) -> Vec<(String, String)> {
+        if self.copied.is_empty() {
+            return Vec::new();
+        }
+        let opts = self.options();
+        let described = self.runtime.block_on(
+            self.source
+                .describe_configs([&ResourceSpecifier::Topic(source_topic)], &opts),
+        );
+        let warn = |why: String| {
+            tracing::warn!(
+                "cannot read the configs of source topic {source_topic} ({why}); creating its \
+                 target topic with the target's defaults"
+            );
+            Vec::new()
+        };
+        match described.as_deref() {
+            Ok([Ok(resource)]) => resource
+                .entries
+                .iter()
+                .filter(|e| !e.is_sensitive && self.copied.contains(&e.name))
+                .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+                .collect(),
+            Ok([Err(code)]) => warn(code.to_string()),
+            Ok(_) => warn("no answer for the topic".to_owned()),
+            Err(e) => warn(e.to_string()),
+        }
+    }
+
+    fn create(
+        &self,
+        source_topic: &str,
+        target_topic: &str,
+        partitions: usize,
+        replication: i32,
+    ) -> Result<(), TopicError> {
+        let configs = self.configs_to_copy(source_topic);
+        let mut new_topic = NewTopic::new(
+            target_topic,
+            partitions as i32,
+            TopicReplication::Fixed(replication),
+        );
+        for (k, v) in &configs {
+            new_topic = new_topic.set(k, v);
+        }
+        let opts = self.options();
+        let refused = |reason: String| TopicError::CreateRefused {
+            topic: target_topic.to_owned(),
+            partitions,
+            replication,
+            reason,
+        };
+        let results = self
+            .runtime
+            .block_on(self.target.create_topics([&new_topic], &opts))
+            .map_err(|e| refused(e.to_string()))?;
+        for result in results {
+            match result {
+                Ok(_) => {}
+                // Another instance of the group created it first.
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => return Ok(()),
+                Err((_, code)) => return Err(refused(code.to_string())),
+            }
+        }
+        let shown: Vec<String> = configs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        tracing::info!(
+            "created target topic {target_topic}: {partitions} partitions, replication factor \
+             {replication}, configs from {source_topic}: [{}]",
+            shown.join(", ")
+        );
+        Ok(())
+    }
+
+    fn grow(
+        &self,
+        source_topic: &str,
+        target_topic: &str,
+        have: usize,
+        want: usize,
+    ) -> Result<(), TopicError> {
+        let opts = self.options();
+        let request = NewPartitions::new(target_topic, want);
+        let refused = |reason: String| TopicError::GrowRefused {
+            topic: target_topic.to_owned(),
+            source_topic: source_topic.to_owned(),
+            have,
+            want,
+            reason,
+        };
+        let outcome = self
+            .runtime
+            .block_on(self.target.create_partitions([&request], &opts))
+            .map_err(|e| refused(e.to_string()))
+            .and_then(|results| match results.into_iter().next() {
+                Some(Err((_, code))) => Err(refused(code.to_string())),
+                _ => Ok(()),
+            });
+        match outcome {
+            Ok(()) => {
+                tracing::info!(
+                    "added partitions to target topic {target_topic}: {have} -> {want}, as \
+                     source topic {source_topic} has"
+                );
+                Ok(())
+            }
+            // With hash partitioning every record still has somewhere to go.
+            Err(e) if !self.preserve => {
+                tracing::warn!("{e}");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
