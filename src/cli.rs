@@ -34,7 +34,7 @@ pub enum Command {
     /// Validate the configs, connect to both clusters and show each matching topic with its
     /// target topic; exit 0 if a mirror with the same flags would find everything it needs,
     /// 1 with each problem explained, 2 for bad usage. Use it as ExecStartPre.
-    Check(MirrorArgs),
+    Check(Box<MirrorArgs>),
     /// Compare source topics with their mirror record by record. Exit 0 if nothing is missing,
     /// changed, out of order or misplaced (duplicates are reported, not failures), 1 otherwise.
     Verify(VerifyArgs),
