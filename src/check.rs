@@ -10,7 +10,9 @@ use rdkafka::metadata::Metadata;
 use rdkafka::producer::{BaseProducer, Producer};
 
 use crate::cli::Partitioning;
+use crate::config::ClientProps;
 use crate::settings::Settings;
+use rdkafka::error::KafkaResult;
 
 /// What `check` found. `problems` empty means a mirror would start and find every target
 /// topic it needs.
@@ -46,54 +48,51 @@ fn partitions_by_topic(metadata: &Metadata) -> BTreeMap<String, usize> {
         .collect()
 }
 
+/// Reports whether `cluster` answered; its topics and partition counts if it did.
+fn reached(
+    report: &mut CheckReport,
+    cluster: &str,
+    props: &ClientProps,
+    metadata: KafkaResult<Metadata>,
+) -> Option<BTreeMap<String, usize>> {
+    let servers = props.get("bootstrap.servers").unwrap_or("?");
+    match metadata {
+        Ok(m) => {
+            report.lines.push(format!(
+                "{cluster} cluster {servers}: reachable ({} brokers)",
+                m.brokers().len()
+            ));
+            Some(partitions_by_topic(&m))
+        }
+        Err(e) => {
+            report.problems.push(format!(
+                "cannot reach the {cluster} cluster (bootstrap.servers = {servers} in {}): {}",
+                props.path.display(),
+                props.redact(&e.to_string())
+            ));
+            None
+        }
+    }
+}
+
 /// Runs the checks. An unreachable cluster ends them early with a problem that names it.
 pub fn check(settings: &Settings) -> CheckReport {
     let mut report = CheckReport::default();
-    let source_servers = settings.consumer.get("bootstrap.servers").unwrap_or("?");
-    let target_servers = settings.producer.get("bootstrap.servers").unwrap_or("?");
     let source = settings
         .consumer
         .connection_config()
         .create::<BaseConsumer>()
         .and_then(|c| c.fetch_metadata(None, settings.startup_timeout));
-    let source = match source {
-        Ok(m) => {
-            report.lines.push(format!(
-                "source cluster {source_servers}: reachable ({} brokers)",
-                m.brokers().len()
-            ));
-            partitions_by_topic(&m)
-        }
-        Err(e) => {
-            report.problems.push(format!(
-                "cannot reach the source cluster (bootstrap.servers = {source_servers} in {}): {}",
-                settings.consumer.path.display(),
-                settings.consumer.redact(&e.to_string())
-            ));
-            return report;
-        }
+    let Some(source) = reached(&mut report, "source", &settings.consumer, source) else {
+        return report;
     };
     let target = settings
         .producer
         .connection_config()
         .create::<BaseProducer>()
         .and_then(|p| p.client().fetch_metadata(None, settings.startup_timeout));
-    let target = match target {
-        Ok(m) => {
-            report.lines.push(format!(
-                "target cluster {target_servers}: reachable ({} brokers)",
-                m.brokers().len()
-            ));
-            partitions_by_topic(&m)
-        }
-        Err(e) => {
-            report.problems.push(format!(
-                "cannot reach the target cluster (bootstrap.servers = {target_servers} in {}): {}",
-                settings.producer.path.display(),
-                settings.producer.redact(&e.to_string())
-            ));
-            return report;
-        }
+    let Some(target) = reached(&mut report, "target", &settings.producer, target) else {
+        return report;
     };
     let matching: Vec<(&String, &usize)> = source
         .iter()

@@ -103,18 +103,12 @@ pub struct Snapshot {
     /// Records between each partition's position and its high watermark, per the consumers'
     /// latest statistics.
     pub lag: Vec<(String, i32, i64)>,
-    pub streams: usize,
-    pub assigned: usize,
-    pub target_up: usize,
 }
 
 impl Snapshot {
     pub fn take(stats: &Stats) -> Snapshot {
         let mut snapshot = Snapshot::default();
         for stream in stats.telemetry.streams() {
-            snapshot.streams += 1;
-            snapshot.assigned += usize::from(stream.assigned.load(Ordering::Relaxed));
-            snapshot.target_up += usize::from(stream.target_up.load(Ordering::Relaxed));
             snapshot
                 .partitions
                 .extend(stream.tracker().partition_counters());
@@ -149,17 +143,24 @@ pub fn readiness(stats: &Stats, control: &Control, streams: usize) -> Result<(),
     if control.stop_requested() {
         return Err("stopping".to_owned());
     }
-    let s = Snapshot::take(stats);
-    if s.streams < streams || s.assigned < streams {
+    // Flags only: no tracker is locked and nothing is copied (systemd's notifier asks often).
+    let live = stats.telemetry.streams();
+    let count = |flag: fn(&StreamShared) -> &AtomicBool| {
+        live.iter()
+            .filter(|s| flag(s).load(Ordering::Relaxed))
+            .count()
+    };
+    let assigned = count(|s| &s.assigned);
+    if live.len() < streams || assigned < streams {
         return Err(format!(
-            "{} of {streams} streams have their assignment",
-            s.assigned
+            "{assigned} of {streams} streams have their assignment"
         ));
     }
-    if s.target_up < s.streams {
+    let up = count(|s| &s.target_up);
+    if up < live.len() {
         return Err(format!(
-            "{} of {} stream producers reach the target cluster",
-            s.target_up, s.streams
+            "{up} of {} stream producers reach the target cluster",
+            live.len()
         ));
     }
     Ok(())

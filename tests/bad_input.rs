@@ -33,6 +33,20 @@ fn assert_refused(args: &[&str], needles: &[&str]) {
     assert!(took < Duration::from_secs(1), "took {took:?}");
 }
 
+/// The mirror's required flags with these configs (whitelist `t`), then `extra`.
+fn mirror_args<'a>(consumer: &'a str, producer: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--consumer.config",
+        consumer,
+        "--producer.config",
+        producer,
+        "--whitelist",
+        "t",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 fn good_configs(dir: &Path) -> (String, String) {
     let c = write_config(dir, "c.toml", NOWHERE, &[("group.id", "g")]);
     let p = write_config(dir, "p.toml", NOWHERE, &[]);
@@ -278,17 +292,8 @@ fn help_documents_every_flag_with_its_default() {
 fn a_target_topic_template_without_topic_or_with_bad_characters_is_refused() {
     let dir = tempdir();
     let (c, p) = good_configs(dir.path());
-    let base = [
-        "--consumer.config",
-        &c,
-        "--producer.config",
-        &p,
-        "--whitelist",
-        "t",
-    ];
     for (template, needle) in [("primary", "has no {topic}"), ("dr/{topic}", "'/'")] {
-        let mut args = base.to_vec();
-        args.extend(["--target.topic", template]);
+        let args = mirror_args(&c, &p, &["--target.topic", template]);
         assert_refused(&args, &["--target.topic", needle]);
     }
 }
@@ -297,24 +302,8 @@ fn a_target_topic_template_without_topic_or_with_bad_characters_is_refused() {
 fn loop_prevention_needs_both_cluster_names() {
     let dir = tempdir();
     let (c, p) = good_configs(dir.path());
-    let base = [
-        "--consumer.config",
-        &c,
-        "--producer.config",
-        &p,
-        "--whitelist",
-        "t",
-    ];
-    let mut args = base.to_vec();
-    args.extend(["--loop.prevention", "--source.cluster.name", "eu"]);
-    assert_refused(&args, &["--target.cluster.name"]);
-    let mut args = base.to_vec();
-    args.extend([
-        "--loop.prevention",
-        "--source.cluster.name",
-        "eu",
-        "--target.cluster.name",
-        "eu",
-    ]);
-    assert_refused(&args, &["its own name"]);
+    let one_name = ["--loop.prevention", "--source.cluster.name", "eu"];
+    assert_refused(&mirror_args(&c, &p, &one_name), &["--target.cluster.name"]);
+    let same_names = [&one_name[..], &["--target.cluster.name", "eu"]].concat();
+    assert_refused(&mirror_args(&c, &p, &same_names), &["its own name"]);
 }
