@@ -12,7 +12,7 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Message};
-use rdkafka::producer::{BaseProducer, ProducerContext};
+use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 
 use crate::control::{Control, Stats};
 use crate::offsets::{OffsetTracker, Ticket};
@@ -166,5 +166,129 @@ impl ProducerContext for DeliveryContext {
                     .send_failed(ticket, message.topic(), Some(message.partition()), error);
             }
         }
+    }
+}
+
+/// Headers going out with one record. Ours until librdkafka accepts the record, then its.
+#[derive(Debug)]
+pub struct RawHeaders(*mut rdkafka::bindings::rd_kafka_headers_t);
+
+impl RawHeaders {
+    pub fn none() -> RawHeaders {
+        RawHeaders(std::ptr::null_mut())
+    }
+
+    /// A copy of a consumed record's headers (allocated by librdkafka, not on our heap).
+    pub fn copy_of(message: &rdkafka::message::BorrowedMessage<'_>) -> RawHeaders {
+        let mut borrowed = std::ptr::null_mut();
+        // SAFETY: `message.ptr()` is a live message for the borrow of `message`;
+        // rd_kafka_message_headers only reads it and points `borrowed` at headers it owns.
+        // rd_kafka_headers_copy makes an independent copy that we own.
+        unsafe {
+            let err = rdkafka::bindings::rd_kafka_message_headers(message.ptr(), &mut borrowed);
+            if err != rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+                || borrowed.is_null()
+            {
+                return RawHeaders::none();
+            }
+            RawHeaders(rdkafka::bindings::rd_kafka_headers_copy(borrowed))
+        }
+    }
+
+    /// Appends a header (repeated names are kept, in order).
+    pub fn add(&mut self, key: &str, value: Option<&[u8]>) {
+        // SAFETY: `self.0` is null or headers we own; rd_kafka_headers_new returns a new list;
+        // rd_kafka_header_add copies the name and value, whose pointers and lengths describe
+        // live slices (a null value with length 0 is a null header value).
+        unsafe {
+            if self.0.is_null() {
+                self.0 = rdkafka::bindings::rd_kafka_headers_new(4);
+            }
+            rdkafka::bindings::rd_kafka_header_add(
+                self.0,
+                key.as_ptr().cast(),
+                key.len() as isize,
+                value.map_or(std::ptr::null(), |v| v.as_ptr().cast()),
+                value.map_or(0, |v| v.len() as isize),
+            );
+        }
+    }
+}
+
+impl Drop for RawHeaders {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: non-null means we still own the list (librdkafka did not take it).
+            unsafe { rdkafka::bindings::rd_kafka_headers_destroy(self.0) }
+        }
+    }
+}
+
+/// One record for the target, borrowing its bytes from the consumed record (or the
+/// handler's output).
+#[derive(Debug)]
+pub struct Outgoing<'a> {
+    /// `None`: the producer's partitioner chooses.
+    pub partition: Option<i32>,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    /// `None`: the producer stamps the current time.
+    pub timestamp: Option<i64>,
+    pub headers: RawHeaders,
+    pub ticket: Ticket,
+}
+
+/// Hands `out` to librdkafka for `topic`, which copies key and value. Unlike rust-rdkafka's
+/// `send`, the topic name comes ready as a C string (no allocation per record). On error
+/// nothing was taken: `out` can be retried.
+pub fn produce(
+    producer: &MirrorProducer,
+    topic: &std::ffi::CStr,
+    out: &mut Outgoing<'_>,
+) -> Result<(), RDKafkaErrorCode> {
+    use rdkafka::bindings::rd_kafka_vtype_t::*;
+    fn bytes(b: Option<&[u8]>) -> (*mut std::ffi::c_void, usize) {
+        b.map_or((std::ptr::null_mut(), 0), |b| {
+            (b.as_ptr() as *mut _, b.len())
+        })
+    }
+    let (value, value_len) = bytes(out.value);
+    let (key, key_len) = bytes(out.key);
+    // SAFETY: the producer handle is live for the borrow of `producer`; every pointer passed
+    // is valid for the call (topic: a NUL-terminated string; key and value: slices, copied
+    // because of RD_KAFKA_MSG_F_COPY); the argument list is typed per vtype and ends with
+    // RD_KAFKA_VTYPE_END, as rd_kafka_producev requires. The opaque is the ticket as an
+    // integer, read back as such by the delivery callback (`DeliveryOpaque = usize`). The
+    // headers pass to librdkafka only when it returns no error.
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_producev(
+            producer.client().native_ptr(),
+            RD_KAFKA_VTYPE_TOPIC,
+            topic.as_ptr(),
+            RD_KAFKA_VTYPE_PARTITION,
+            out.partition.unwrap_or(-1),
+            RD_KAFKA_VTYPE_MSGFLAGS,
+            rdkafka::bindings::RD_KAFKA_MSG_F_COPY,
+            RD_KAFKA_VTYPE_VALUE,
+            value,
+            value_len,
+            RD_KAFKA_VTYPE_KEY,
+            key,
+            key_len,
+            RD_KAFKA_VTYPE_OPAQUE,
+            out.ticket.to_opaque() as *mut std::ffi::c_void,
+            RD_KAFKA_VTYPE_TIMESTAMP,
+            out.timestamp.unwrap_or(0),
+            RD_KAFKA_VTYPE_HEADERS,
+            out.headers.0,
+            RD_KAFKA_VTYPE_END,
+        )
+    };
+    if err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        // librdkafka owns the headers now.
+        out.headers.0 = std::ptr::null_mut();
+        Ok(())
+    } else {
+        Err(err.into())
     }
 }

@@ -11,14 +11,16 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders, Timestamp};
-use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::message::{BorrowedMessage, Message, Timestamp};
+use rdkafka::producer::Producer;
 
 use crate::cli::Partitioning;
 use crate::control::{Control, ShutdownGate, Stats};
 use crate::offsets::OffsetTracker;
 use crate::plugin::{Handler, PluginError};
-use crate::producer::{DeliveryContext, MirrorProducer, StreamShared};
+use crate::producer::{
+    produce, DeliveryContext, MirrorProducer, Outgoing, RawHeaders, StreamShared,
+};
 use crate::rebalance::{commit, MirrorConsumer, RebalanceContext};
 use crate::settings::Settings;
 use crate::target::{TargetNames, PROVENANCE_HEADER};
@@ -364,30 +366,32 @@ impl<'s> Stream<'s> {
             bytes,
             1,
         );
-        let renamed = self.targets.renamed(message.topic());
-        let mut record: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(
-            renamed.as_deref().unwrap_or(message.topic()),
-            ticket.to_opaque(),
-        );
-        if self.settings.partitioning == Partitioning::Preserve {
-            record = record.partition(message.partition());
-        }
-        record.key = message.key();
-        record.payload = message.payload();
-        if let Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) = message.timestamp() {
-            record = record.timestamp(t);
-        }
-        if let Some(headers) = message.headers() {
-            record = record.headers(headers.detach());
+        let mut headers = RawHeaders::none();
+        if message.headers().is_some() {
+            headers = RawHeaders::copy_of(message);
         }
         if let Some(p) = &self.settings.provenance {
-            let headers = record.headers.take().unwrap_or_default();
-            record = record.headers(headers.insert(Header {
-                key: PROVENANCE_HEADER,
-                value: Some(p.source.as_bytes()),
-            }));
+            headers.add(PROVENANCE_HEADER, Some(p.source.as_bytes()));
         }
-        self.send(record);
+        let timestamp = match message.timestamp() {
+            Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) => Some(t),
+            Timestamp::NotAvailable => None,
+        };
+        let partition = match self.settings.partitioning {
+            Partitioning::Preserve => Some(message.partition()),
+            Partitioning::Hash => None,
+        };
+        self.send(
+            message.topic(),
+            Outgoing {
+                partition,
+                key: message.key(),
+                value: message.payload(),
+                timestamp,
+                headers,
+                ticket,
+            },
+        );
     }
 
     /// With a message handler: the source record counts as acknowledged once every record
@@ -418,65 +422,66 @@ impl<'s> Stream<'s> {
             u32::try_from(outputs.len()).unwrap_or(u32::MAX),
         );
         for out in outputs {
-            let renamed = self.targets.renamed(&out.topic);
-            let mut record: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(
-                renamed.as_deref().unwrap_or(&out.topic),
-                ticket.to_opaque(),
-            );
-            record.partition = out.partition.or(match self.settings.partitioning {
-                Partitioning::Preserve => Some(message.partition()),
-                Partitioning::Hash => None,
-            });
-            record.key = out.key.as_deref();
-            record.payload = out.value.as_deref();
-            record.timestamp = out.timestamp;
-            let provenance = self.settings.provenance.as_ref();
-            if !out.headers.is_empty() || provenance.is_some() {
-                let mut headers = OwnedHeaders::new_with_capacity(out.headers.len() + 1);
-                for (key, value) in &out.headers {
-                    headers = headers.insert(Header {
-                        key,
-                        value: value.as_deref(),
-                    });
-                }
-                if let Some(p) = provenance {
-                    headers = headers.insert(Header {
-                        key: PROVENANCE_HEADER,
-                        value: Some(p.source.as_bytes()),
-                    });
-                }
-                record.headers = Some(headers);
+            let mut headers = RawHeaders::none();
+            for (key, value) in &out.headers {
+                headers.add(key, value.as_deref());
             }
-            self.send(record);
+            if let Some(p) = &self.settings.provenance {
+                headers.add(PROVENANCE_HEADER, Some(p.source.as_bytes()));
+            }
+            self.send(
+                &out.topic,
+                Outgoing {
+                    partition: out.partition.or(match self.settings.partitioning {
+                        Partitioning::Preserve => Some(message.partition()),
+                        Partitioning::Hash => None,
+                    }),
+                    key: out.key.as_deref(),
+                    value: out.value.as_deref(),
+                    timestamp: out.timestamp,
+                    headers,
+                    ticket,
+                },
+            );
         }
     }
 
-    /// Hands a record to the producer. A full queue (rare: consumption pauses before it fills)
-    /// is waited out while serving delivery reports; any other refusal is a send failure.
-    fn send(&self, mut record: BaseRecord<'_, [u8], [u8], usize>) {
+    /// Hands a record for the target topic of `topic` to the producer. A full queue (rare:
+    /// consumption pauses before it fills) is waited out while serving delivery reports; any
+    /// other refusal is a send failure.
+    fn send(&self, topic: &str, mut out: Outgoing<'_>) {
+        let Some(target) = self.targets.of(topic) else {
+            let error = KafkaError::MessageProduction(RDKafkaErrorCode::InvalidTopic);
+            self.shared
+                .send_failed(out.ticket, topic, out.partition, &error);
+            return;
+        };
         let mut waited = false;
         loop {
-            match self.producer.send(record) {
+            match produce(&self.producer, &target, &mut out) {
                 Ok(()) => {
                     Stats::add(&self.shared.stats.produced, 1);
                     return;
                 }
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                Err(RDKafkaErrorCode::QueueFull) => {
                     if !waited {
                         tracing::debug!(stream = self.id, "producer queue full; waiting");
                         waited = true;
                     }
-                    record = back;
                     self.producer.poll(Duration::from_millis(10));
                     if self.shared.control.stop_requested() {
                         // Left unacknowledged: the commit point stays before it.
                         return;
                     }
                 }
-                Err((error, back)) => {
-                    let ticket = crate::offsets::Ticket::from_opaque(back.delivery_opaque);
-                    self.shared
-                        .send_failed(ticket, back.topic, back.partition, &error);
+                Err(code) => {
+                    let name = target.to_str().unwrap_or(topic);
+                    self.shared.send_failed(
+                        out.ticket,
+                        name,
+                        out.partition,
+                        &KafkaError::MessageProduction(code),
+                    );
                     return;
                 }
             }

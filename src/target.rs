@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ffi::{CStr, CString};
 use std::rc::Rc;
 
 use rdkafka::message::{Headers, Message};
@@ -63,11 +64,12 @@ impl TopicTemplate {
     }
 }
 
-/// Renders target topic names once per source topic; a stream keeps one.
+/// Target topic names as C strings, made once per source topic (renamed by the template,
+/// if any); a stream keeps one, so producing a record allocates no name.
 #[derive(Debug, Default)]
 pub struct TargetNames {
     template: Option<TopicTemplate>,
-    cache: RefCell<HashMap<String, Rc<str>>>,
+    cache: RefCell<HashMap<String, Rc<CStr>>>,
 }
 
 impl TargetNames {
@@ -78,14 +80,17 @@ impl TargetNames {
         }
     }
 
-    /// The target topic of `topic` if it differs (a shared string: no allocation after the
-    /// first record of a topic); `None` when names are kept.
-    pub fn renamed(&self, topic: &str) -> Option<Rc<str>> {
-        let template = self.template.as_ref()?;
+    /// The target topic of records from `topic`; `None` if the name holds a NUL byte (no
+    /// Kafka topic does).
+    pub fn of(&self, topic: &str) -> Option<Rc<CStr>> {
         if let Some(name) = self.cache.borrow().get(topic) {
             return Some(name.clone());
         }
-        let name: Rc<str> = Rc::from(template.render(topic));
+        let rendered = match &self.template {
+            Some(t) => t.render(topic),
+            None => topic.to_owned(),
+        };
+        let name: Rc<CStr> = CString::new(rendered).ok()?.into();
         self.cache
             .borrow_mut()
             .insert(topic.to_owned(), name.clone());
@@ -149,12 +154,10 @@ mod tests {
         assert_eq!(t.render("orders"), "orders-copy");
         assert_eq!(TopicTemplate::parse("{topic}").unwrap(), None);
         let names = TargetNames::new(TopicTemplate::parse("dr.{topic}").unwrap());
-        assert_eq!(names.renamed("a").as_deref(), Some("dr.a"));
-        assert!(Rc::ptr_eq(
-            &names.renamed("a").unwrap(),
-            &names.renamed("a").unwrap()
-        ));
-        assert_eq!(TargetNames::new(None).renamed("a"), None);
+        assert_eq!(names.of("a").unwrap().to_str(), Ok("dr.a"));
+        assert!(Rc::ptr_eq(&names.of("a").unwrap(), &names.of("a").unwrap()));
+        assert_eq!(TargetNames::new(None).of("a").unwrap().to_str(), Ok("a"));
+        assert_eq!(TargetNames::new(None).of("a\0b"), None);
     }
 
     #[test]
