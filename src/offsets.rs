@@ -12,6 +12,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use rustc_hash::FxHashMap;
+
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("the offset tracker packs tickets into a 64-bit usize");
 
@@ -128,7 +130,9 @@ impl Slot {
 pub struct OffsetTracker {
     slots: Vec<Slot>,
     free: Vec<u32>,
-    by_topic: HashMap<String, Vec<Option<u32>>>,
+    /// Looked up for every record: a fast hash (topic names come from the cluster, not from
+    /// an adversary), which took SipHash's share of the stream thread's time away.
+    by_topic: FxHashMap<String, Vec<Option<u32>>>,
     in_flight: usize,
     in_flight_bytes: usize,
     /// Counters of partitions released since, so that they stay monotonic.

@@ -366,10 +366,7 @@ impl<'s> Stream<'s> {
             bytes,
             1,
         );
-        let mut headers = RawHeaders::none();
-        if message.headers().is_some() {
-            headers = RawHeaders::copy_of(message);
-        }
+        let mut headers = RawHeaders::copy_of(message);
         if let Some(p) = &self.settings.provenance {
             headers.add(PROVENANCE_HEADER, Some(p.source.as_bytes()));
         }

@@ -1,8 +1,8 @@
 //! Where records go on the target: topic renaming (`--target.topic`) and the provenance
 //! header that keeps active-active mirrors from sending records back where they came from.
 
+use rustc_hash::FxHashMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::rc::Rc;
 
@@ -69,7 +69,8 @@ impl TopicTemplate {
 #[derive(Debug, Default)]
 pub struct TargetNames {
     template: Option<TopicTemplate>,
-    cache: RefCell<HashMap<String, Rc<CStr>>>,
+    /// Looked up for every record, hence the fast hash.
+    cache: RefCell<FxHashMap<String, Rc<CStr>>>,
 }
 
 impl TargetNames {
