@@ -227,6 +227,7 @@ impl ConsumerContext for RebalanceContext {
                 if let Some(creator) = &self.topics {
                     let mut topics: Vec<&str> =
                         partitions.iter().map(|(t, _)| t.as_str()).collect();
+                    topics.sort_unstable();
                     topics.dedup();
                     for topic in topics {
                         if let Err(e) = creator.ensure(topic) {

@@ -72,7 +72,7 @@ pub struct Stream<'s> {
     handler: std::cell::RefCell<Option<Handler>>,
     /// How long a stream may wait for acknowledgements without polling the consumer.
     stall_limit: Duration,
-    /// `--target.topic`, rendered once per source topic.
+    /// Target topic names (after `--target.topic`) as C strings, made once per topic.
     targets: TargetNames,
     gate: Arc<ShutdownGate>,
 }
@@ -374,14 +374,10 @@ impl<'s> Stream<'s> {
             Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) => Some(t),
             Timestamp::NotAvailable => None,
         };
-        let partition = match self.settings.partitioning {
-            Partitioning::Preserve => Some(message.partition()),
-            Partitioning::Hash => None,
-        };
         self.send(
             message.topic(),
             Outgoing {
-                partition,
+                partition: self.same_partition(message),
                 key: message.key(),
                 value: message.payload(),
                 timestamp,
@@ -389,6 +385,15 @@ impl<'s> Stream<'s> {
                 ticket,
             },
         );
+    }
+
+    /// The target partition `--partitioning` gives a record of `message`: the same number
+    /// (preserve), or none for the producer's partitioner to choose (hash).
+    fn same_partition(&self, message: &BorrowedMessage<'_>) -> Option<i32> {
+        match self.settings.partitioning {
+            Partitioning::Preserve => Some(message.partition()),
+            Partitioning::Hash => None,
+        }
     }
 
     /// With a message handler: the source record counts as acknowledged once every record
@@ -429,10 +434,7 @@ impl<'s> Stream<'s> {
             self.send(
                 &out.topic,
                 Outgoing {
-                    partition: out.partition.or(match self.settings.partitioning {
-                        Partitioning::Preserve => Some(message.partition()),
-                        Partitioning::Hash => None,
-                    }),
+                    partition: out.partition.or(self.same_partition(message)),
                     key: out.key.as_deref(),
                     value: out.value.as_deref(),
                     timestamp: out.timestamp,
