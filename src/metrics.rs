@@ -166,6 +166,24 @@ pub fn readiness(stats: &Stats, control: &Control, streams: usize) -> Result<(),
     Ok(())
 }
 
+/// Encodes one metric family with a sample per source partition; `metric` makes the sample
+/// (a counter or a gauge) from its value.
+fn encode_per_partition<'a, V: Default, M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    samples: impl Iterator<Item = (&'a String, i32, V)>,
+    metric: fn(V) -> M,
+) -> Result<(), std::fmt::Error> {
+    let mut family =
+        encoder.encode_descriptor(name, help, None, metric(V::default()).metric_type())?;
+    for (topic, partition, value) in samples {
+        let labels = partition_labels(topic, partition);
+        metric(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
 /// Reads the streams at scrape time.
 #[derive(Debug)]
 struct StreamCollector {
@@ -203,37 +221,31 @@ impl Collector for StreamCollector {
             ),
         ];
         for (name, help, value) in per_partition {
-            let mut family = encoder.encode_descriptor(
-                name,
-                help,
-                None,
-                ConstCounter::new(0u64).metric_type(),
-            )?;
-            for (topic, partition, counters) in &snapshot.partitions {
-                let labels = partition_labels(topic, *partition);
-                ConstCounter::new(value(counters)).encode(family.encode_family(&labels)?)?;
-            }
+            let samples = snapshot
+                .partitions
+                .iter()
+                .map(|(t, p, c)| (t, *p, value(c)));
+            encode_per_partition(&mut encoder, name, help, samples, ConstCounter::new)?;
         }
-        let mut family = encoder.encode_descriptor(
+        let in_flight = snapshot
+            .partitions
+            .iter()
+            .map(|(t, p, c)| (t, *p, c.in_flight as i64));
+        encode_per_partition(
+            &mut encoder,
             "mirror_records_in_flight",
             "Source records consumed and not yet acknowledged by the target",
-            None,
-            ConstGauge::new(0i64).metric_type(),
+            in_flight,
+            ConstGauge::new,
         )?;
-        for (topic, partition, counters) in &snapshot.partitions {
-            let labels = partition_labels(topic, *partition);
-            ConstGauge::new(counters.in_flight as i64).encode(family.encode_family(&labels)?)?;
-        }
-        let mut family = encoder.encode_descriptor(
+        let lag = snapshot.lag.iter().map(|(t, p, l)| (t, *p, *l));
+        encode_per_partition(
+            &mut encoder,
             "mirror_consumer_lag",
             "Records between the mirror's position and the source partition's end",
-            None,
-            ConstGauge::new(0i64).metric_type(),
+            lag,
+            ConstGauge::new,
         )?;
-        for (topic, partition, lag) in &snapshot.lag {
-            let labels = partition_labels(topic, *partition);
-            ConstGauge::new(*lag).encode(family.encode_family(&labels)?)?;
-        }
         let stats = &self.stats;
         let totals = [
             (
