@@ -223,6 +223,14 @@ pub struct Comparison {
 }
 
 impl Comparison {
+    /// One line for trial reports: checked, lost, changed, duplicated, order.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} records checked, {} lost, {} changed, {} duplicated, order kept: {}",
+            self.source, self.lost, self.changed, self.duplicated, self.in_order
+        )
+    }
+
     pub fn add(&mut self, other: &Comparison) {
         self.source += other.source;
         self.target += other.target;

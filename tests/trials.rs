@@ -69,12 +69,8 @@ fn hard_kills_lose_nothing() {
     assert_eq!(last.stop().code(), Some(0), "log:\n{}", last.log());
     let c = clusters.compare();
     eprintln!(
-        "TRIAL hard-kills: {kills} SIGKILLs (committed at each: {committed_at_kills:?}), {} records checked, {} lost, {} changed, {} duplicated, order kept: {}, {:.0} s",
-        c.source,
-        c.lost,
-        c.changed,
-        c.duplicated,
-        c.in_order,
+        "TRIAL hard-kills: {kills} SIGKILLs (committed at each: {committed_at_kills:?}), {}, {:.0} s",
+        c.summary(),
         started.elapsed().as_secs_f64()
     );
     assert_eq!((c.source, c.lost, c.changed), (RECORDS, 0, 0), "{c:?}");
@@ -126,12 +122,8 @@ fn clean_bounces(strategy: &str) -> Comparison {
     }
     let c = clusters.compare();
     eprintln!(
-        "TRIAL clean-bounces {strategy}: 3 processes, {bounces} SIGTERM bounces, {} records checked, {} lost, {} changed, {} duplicated, order kept: {}, {:.0} s",
-        c.source,
-        c.lost,
-        c.changed,
-        c.duplicated,
-        c.in_order,
+        "TRIAL clean-bounces {strategy}: 3 processes, {bounces} SIGTERM bounces, {}, {:.0} s",
+        c.summary(),
         started.elapsed().as_secs_f64()
     );
     assert_eq!((c.source, c.lost, c.changed), (written, 0, 0), "{c:?}");
