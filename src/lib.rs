@@ -4,7 +4,7 @@
 //! - [`cli`] and [`config`] → [`settings`]: flags and config files, validated, no-data-loss rules
 //!   applied, before any broker is contacted;
 //! - [`pipeline`]: checks both clusters and runs the streams;
-//! - [`stream`]: one consumer and producer on a thread: consume → produce;
+//! - [`stream`]: one consumer and producer on a thread: consume ([`source`]) → produce;
 //! - [`producer`]: delivery reports → [`offsets`], the acknowledged-offset tracker;
 //! - [`plugin`]: the user's message handler and rebalance listener, loaded at run time;
 //! - [`rebalance`]: flush and commit before partitions move, and the commits themselves;
@@ -24,6 +24,7 @@ pub mod plugin;
 pub mod producer;
 pub mod rebalance;
 pub mod settings;
+pub mod source;
 pub mod stream;
 pub mod target;
 pub mod topics;

@@ -9,8 +9,8 @@ use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::source::Record;
 use mirror_maker_plugin::ffi;
-use rdkafka::message::{BorrowedMessage, Headers, Message, Timestamp};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
@@ -291,15 +291,13 @@ impl Handler {
     }
 
     /// Runs the handler on one consumed record; returns what it emitted.
-    pub fn handle(&mut self, m: &BorrowedMessage<'_>) -> Result<&[Emitted], String> {
+    pub fn handle(&mut self, m: &Record<'_>) -> Result<&[Emitted], String> {
         self.out.clear();
         self.headers.clear();
-        if let Some(hs) = m.headers() {
-            self.headers.extend(hs.iter().map(|h| ffi::Header {
-                key: ffi::Bytes::from_opt(Some(h.key.as_bytes())),
-                value: ffi::Bytes::from_opt(h.value),
-            }));
-        }
+        self.headers.extend(m.headers().map(|h| ffi::Header {
+            key: ffi::Bytes::from_opt(Some(h.key)),
+            value: ffi::Bytes::from_opt(h.value),
+        }));
         let record = ffi::Record {
             topic: ffi::Bytes::from_opt(Some(m.topic().as_bytes())),
             partition: m.partition(),
@@ -308,10 +306,7 @@ impl Handler {
             value: ffi::Bytes::from_opt(m.payload()),
             headers: self.headers.as_ptr(),
             header_count: self.headers.len(),
-            timestamp: match m.timestamp() {
-                Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) => t,
-                Timestamp::NotAvailable => ffi::NO_TIMESTAMP,
-            },
+            timestamp: m.timestamp().unwrap_or(ffi::NO_TIMESTAMP),
         };
         let ctx: *mut Vec<Emitted> = &mut self.out;
         // SAFETY: the vtable's `handle` as the ABI declares; `record`, the headers it points

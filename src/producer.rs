@@ -179,7 +179,7 @@ impl RawHeaders {
     }
 
     /// A copy of a consumed record's headers (allocated by librdkafka, not on our heap).
-    pub fn copy_of(message: &rdkafka::message::BorrowedMessage<'_>) -> RawHeaders {
+    pub fn copy_of(message: &crate::source::Record<'_>) -> RawHeaders {
         let mut borrowed = std::ptr::null_mut();
         // SAFETY: `message.ptr()` is a live message for the borrow of `message`;
         // rd_kafka_message_headers only reads it and points `borrowed` at headers it owns.

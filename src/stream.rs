@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Message, Timestamp};
 use rdkafka::producer::Producer;
 
 use crate::cli::Partitioning;
@@ -23,6 +22,7 @@ use crate::producer::{
 };
 use crate::rebalance::{commit, MirrorConsumer, RebalanceContext};
 use crate::settings::Settings;
+use crate::source::{Polled, Record, SourceQueue};
 use crate::target::{TargetNames, PROVENANCE_HEADER};
 use crate::topics::TopicCreator;
 
@@ -65,6 +65,8 @@ pub struct Stream<'s> {
     settings: &'s Settings,
     shared: Arc<StreamShared>,
     producer: Arc<MirrorProducer>,
+    /// Our reference to the consumer's queue; released before the consumer.
+    source: SourceQueue,
     consumer: MirrorConsumer,
     subscribed: Vec<String>,
     paused: bool,
@@ -140,11 +142,17 @@ impl<'s> Stream<'s> {
                 client: "source consumer",
                 source,
             })?;
+        let source = SourceQueue::of(&consumer).ok_or_else(|| StreamError::Create {
+            stream: id,
+            client: "source consumer queue (is group.id set?)",
+            source: KafkaError::ClientCreation("no consumer queue".to_owned()),
+        })?;
         Ok(Stream {
             id,
             settings,
             shared,
             producer,
+            source,
             consumer,
             subscribed: Vec::new(),
             paused: false,
@@ -166,10 +174,10 @@ impl<'s> Stream<'s> {
         while !self.shared.control.stop_requested() {
             self.producer.poll(Duration::ZERO);
             self.make_room();
-            match self.consumer.poll(POLL_INTERVAL) {
-                None => {}
-                Some(Ok(message)) => self.mirror(&message),
-                Some(Err(e)) => self.consumer_error(e),
+            match self.source.poll(&self.consumer, POLL_INTERVAL) {
+                Polled::Nothing => {}
+                Polled::Record(record) => self.mirror(&record),
+                Polled::Error(e) => self.consumer_error(e),
             }
             let now = Instant::now();
             crate::notify::turned(&self.shared.stats, &self.shared.last_turn, now);
@@ -336,13 +344,13 @@ impl<'s> Stream<'s> {
 
     /// Produces one consumed record as it is: key, value, headers, timestamp, and (with
     /// `--partitioning preserve`) the partition number.
-    fn mirror(&self, message: &BorrowedMessage<'_>) {
+    fn mirror(&self, message: &Record<'_>) {
         let stats = &self.shared.stats;
         let bytes = message.payload_len() + message.key().map_or(0, <[u8]>::len);
         Stats::add(&stats.consumed, 1);
         Stats::add(&stats.consumed_bytes, bytes as u64);
         if let Some(p) = &self.settings.provenance {
-            if p.came_from_target(message) {
+            if p.came_from_target(message.headers()) {
                 // Not mirrored back where it came from; acknowledged at once.
                 Stats::add(&stats.looped, 1);
                 self.shared.tracker().begin(
@@ -370,10 +378,7 @@ impl<'s> Stream<'s> {
         if let Some(p) = &self.settings.provenance {
             headers.add(PROVENANCE_HEADER, Some(p.source.as_bytes()));
         }
-        let timestamp = match message.timestamp() {
-            Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) => Some(t),
-            Timestamp::NotAvailable => None,
-        };
+        let timestamp = message.timestamp();
         self.send(
             message.topic(),
             Outgoing {
@@ -389,7 +394,7 @@ impl<'s> Stream<'s> {
 
     /// The target partition `--partitioning` gives a record of `message`: the same number
     /// (preserve), or none for the producer's partitioner to choose (hash).
-    fn same_partition(&self, message: &BorrowedMessage<'_>) -> Option<i32> {
+    fn same_partition(&self, message: &Record<'_>) -> Option<i32> {
         match self.settings.partitioning {
             Partitioning::Preserve => Some(message.partition()),
             Partitioning::Hash => None,
@@ -399,7 +404,7 @@ impl<'s> Stream<'s> {
     /// With a message handler: the source record counts as acknowledged once every record
     /// the handler made from it is (at once if it made none). A handler error is fatal; the
     /// failing record is not registered, so the commit point stays before it.
-    fn mirror_handled(&self, handler: &mut Handler, message: &BorrowedMessage<'_>, bytes: usize) {
+    fn mirror_handled(&self, handler: &mut Handler, message: &Record<'_>, bytes: usize) {
         let outputs = match handler.handle(message) {
             Ok(outputs) => outputs,
             Err(e) => {
@@ -534,6 +539,7 @@ impl<'s> Stream<'s> {
         self.gate.wait(timeout);
         self.shared_context().closing.store(true, Ordering::SeqCst);
         let id = self.id;
+        drop(self.source);
         drop(self.consumer);
         let n = committed.map_err(|source| StreamError::FinalCommit { stream: id, source })?;
         tracing::info!(
@@ -555,7 +561,9 @@ impl Stream<'_> {
                 Err(e) if is_retriable_commit_error(&e) && Instant::now() < deadline => {
                     tracing::info!(stream = self.id, "final commit: {e}; retrying");
                     // Serve the rebalance (its revocation commits and releases partitions).
-                    if let Some(Ok(m)) = self.consumer.poll(Duration::from_millis(200)) {
+                    if let Polled::Record(m) =
+                        self.source.poll(&self.consumer, Duration::from_millis(200))
+                    {
                         tracing::debug!(
                             stream = self.id,
                             "not mirrored at shutdown: {}/{} offset {}",

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::ffi::{CStr, CString};
 use std::rc::Rc;
 
-use rdkafka::message::{Headers, Message};
+use crate::source::Header;
 
 /// The header every mirrored record carries with `--loop.prevention true`: one per hop, each
 /// naming the cluster the record was copied from.
@@ -134,11 +134,9 @@ impl Provenance {
     }
 
     /// Whether `message` was mirrored out of the target cluster before (any hop).
-    pub fn came_from_target<M: Message>(&self, message: &M) -> bool {
-        message.headers().is_some_and(|headers| {
-            headers
-                .iter()
-                .any(|h| h.key == PROVENANCE_HEADER && h.value == Some(self.target.as_bytes()))
+    pub fn came_from_target<'h>(&self, mut headers: impl Iterator<Item = Header<'h>>) -> bool {
+        headers.any(|h| {
+            h.key == PROVENANCE_HEADER.as_bytes() && h.value == Some(self.target.as_bytes())
         })
     }
 }
