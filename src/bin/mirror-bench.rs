@@ -61,6 +61,40 @@ struct Cli {
     /// Where to append the results (one JSON object per run).
     #[arg(long, default_value = "bench/results.jsonl")]
     out: std::path::PathBuf,
+    #[command(flatten)]
+    tuning: Tuning,
+}
+
+/// Extra client properties for the mirror passes (to measure a setting; the limits and the
+/// peer are not affected).
+#[derive(clap::Args, Clone, Debug, Default)]
+struct Tuning {
+    /// A consumer property for the mirror, KEY=VALUE (repeatable).
+    #[arg(long = "mirror-consumer", value_name = "KEY=VALUE", value_parser = key_value)]
+    consumer: Vec<(String, String)>,
+    /// A producer property for the mirror, KEY=VALUE (repeatable).
+    #[arg(long = "mirror-producer", value_name = "KEY=VALUE", value_parser = key_value)]
+    producer: Vec<(String, String)>,
+}
+
+impl Tuning {
+    fn args(&self) -> Vec<String> {
+        let pairs = |flag: &str, kv: &[(String, String)]| {
+            kv.iter()
+                .map(|(k, v)| format!("{flag}={k}={v}"))
+                .collect::<Vec<_>>()
+        };
+        let mut args = pairs("--mirror-consumer", &self.consumer);
+        args.extend(pairs("--mirror-producer", &self.producer));
+        args
+    }
+}
+
+fn key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
 }
 
 #[derive(Subcommand)]
@@ -87,6 +121,8 @@ enum Internal {
         partitions: i32,
         #[arg(long, default_value_t = 1)]
         streams: u32,
+        #[command(flatten)]
+        tuning: Tuning,
     },
 }
 
@@ -125,6 +161,7 @@ fn main() -> anyhow::Result<()> {
             value_bytes,
             partitions,
             streams,
+            tuning,
         }) => {
             mirror_maker::logging::init(mirror_maker::cli::LogFormat::Text);
             let result = run_pass(
@@ -135,6 +172,7 @@ fn main() -> anyhow::Result<()> {
                 value_bytes,
                 partitions,
                 streams,
+                &tuning,
             )?;
             println!("{}", serde_json::to_string(&result)?);
             Ok(())
@@ -270,13 +308,14 @@ fn run_pass(
     value_bytes: usize,
     partitions: i32,
     streams: u32,
+    tuning: &Tuning,
 ) -> anyhow::Result<PassResult> {
     let started = Instant::now();
     let (first, last) = match kind {
         PassKind::ConsumeOnly => consume_only(source, records, partitions)?,
         PassKind::ProduceOnly => produce_only(target, records, value_bytes, partitions)?,
         PassKind::Mirror | PassKind::MirrorStrict => {
-            mirror(kind, source, target, records, streams)?
+            mirror(kind, source, target, records, streams, tuning)?
         }
         PassKind::Peer => peer(source, target, records)?,
     };
@@ -348,11 +387,18 @@ fn mirror(
     target: &str,
     records: u64,
     streams: u32,
+    tuning: &Tuning,
 ) -> anyhow::Result<(Instant, Instant)> {
     let mut producer = vec![("bootstrap.servers", target)];
     if kind == PassKind::MirrorStrict {
         producer.push(("max.in.flight.requests.per.connection", "1"));
     }
+    producer.extend(
+        tuning
+            .producer
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+    );
     // A group of its own: every pass starts from the beginning of the backlog.
     let group = format!("bench-mirror-{}", std::process::id());
     let settings = Settings::new(
@@ -364,7 +410,14 @@ fn mirror(
                 ("group.id", group.as_str()),
                 ("session.timeout.ms", "6000"),
                 ("heartbeat.interval.ms", "500"),
-            ],
+            ]
+            .into_iter()
+            .chain(
+                tuning
+                    .consumer
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            ),
         ),
         ClientProps::from_pairs(Role::Producer, "bench producer config", producer),
         TopicFilter::new(TOPIC)?,
@@ -488,6 +541,7 @@ fn spawn_pass(
             "--streams",
             &streams.to_string(),
         ])
+        .args(cli.tuning.args())
         .env(
             "RUST_LOG",
             std::env::var("BENCH_LOG").unwrap_or_else(|_| "warn".into()),
