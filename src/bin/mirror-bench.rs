@@ -106,24 +106,27 @@ enum Internal {
         partitions: i32,
     },
     /// Run one measured pass and print its result as JSON.
-    Pass {
-        #[arg(value_enum)]
-        kind: PassKind,
-        #[arg(long)]
-        source: String,
-        #[arg(long)]
-        target: String,
-        #[arg(long)]
-        records: u64,
-        #[arg(long)]
-        value_bytes: usize,
-        #[arg(long)]
-        partitions: i32,
-        #[arg(long, default_value_t = 1)]
-        streams: u32,
-        #[command(flatten)]
-        tuning: Tuning,
-    },
+    Pass(PassArgs),
+}
+
+#[derive(clap::Args)]
+struct PassArgs {
+    #[arg(value_enum)]
+    kind: PassKind,
+    #[arg(long)]
+    source: String,
+    #[arg(long)]
+    target: String,
+    #[arg(long)]
+    records: u64,
+    #[arg(long)]
+    value_bytes: usize,
+    #[arg(long)]
+    partitions: i32,
+    #[arg(long, default_value_t = 1)]
+    streams: u32,
+    #[command(flatten)]
+    tuning: Tuning,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -153,27 +156,9 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.internal {
         Some(Internal::HostCluster { partitions }) => host_cluster(partitions),
-        Some(Internal::Pass {
-            kind,
-            source,
-            target,
-            records,
-            value_bytes,
-            partitions,
-            streams,
-            tuning,
-        }) => {
+        Some(Internal::Pass(pass)) => {
             mirror_maker::logging::init(mirror_maker::cli::LogFormat::Text);
-            let result = run_pass(
-                kind,
-                &source,
-                &target,
-                records,
-                value_bytes,
-                partitions,
-                streams,
-                &tuning,
-            )?;
+            let result = run_pass(&pass)?;
             println!("{}", serde_json::to_string(&result)?);
             Ok(())
         }
@@ -300,22 +285,14 @@ fn usage() -> (f64, u64) {
     (secs(ru.ru_utime) + secs(ru.ru_stime), peak)
 }
 
-fn run_pass(
-    kind: PassKind,
-    source: &str,
-    target: &str,
-    records: u64,
-    value_bytes: usize,
-    partitions: i32,
-    streams: u32,
-    tuning: &Tuning,
-) -> anyhow::Result<PassResult> {
+fn run_pass(pass: &PassArgs) -> anyhow::Result<PassResult> {
+    let (kind, source, target, records) = (pass.kind, &pass.source, &pass.target, pass.records);
     let started = Instant::now();
     let (first, last) = match kind {
-        PassKind::ConsumeOnly => consume_only(source, records, partitions)?,
-        PassKind::ProduceOnly => produce_only(target, records, value_bytes, partitions)?,
+        PassKind::ConsumeOnly => consume_only(source, records, pass.partitions)?,
+        PassKind::ProduceOnly => produce_only(target, records, pass.value_bytes, pass.partitions)?,
         PassKind::Mirror | PassKind::MirrorStrict => {
-            mirror(kind, source, target, records, streams, tuning)?
+            mirror(kind, source, target, records, pass.streams, &pass.tuning)?
         }
         PassKind::Peer => peer(source, target, records)?,
     };
@@ -323,9 +300,9 @@ fn run_pass(
     let (cpu_secs, peak_rss_kib) = usage();
     Ok(PassResult {
         kind,
-        streams,
+        streams: pass.streams,
         records,
-        bytes: records * (value_bytes as u64 + 8),
+        bytes: records * (pass.value_bytes as u64 + 8),
         steady_secs: last.duration_since(first).as_secs_f64(),
         total_secs,
         cpu_secs,
