@@ -55,13 +55,21 @@ impl SourceQueue {
     /// after a rebalance even if time is left, as rust-rdkafka does, so that the caller sees
     /// the new assignment before the next record.
     pub fn poll<'a>(&'a self, consumer: &'a MirrorConsumer, timeout: Duration) -> Polled<'a> {
-        let deadline = Instant::now() + timeout;
+        // The clock is read only once the queue is found empty: while records are waiting,
+        // a poll costs no time-keeping.
+        let mut deadline: Option<Instant> = None;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let ms = c_int::try_from(left.as_millis()).unwrap_or(c_int::MAX);
+            let ms = deadline.map_or(0, |d| {
+                let left = d.saturating_duration_since(Instant::now());
+                c_int::try_from(left.as_millis()).unwrap_or(c_int::MAX)
+            });
             // SAFETY: `self.queue` is a live queue reference owned by `self`.
             let event = unsafe { rdsys::rd_kafka_queue_poll(self.queue.as_ptr(), ms) };
             let Some(event) = NonNull::new(event) else {
+                if deadline.is_none() && !timeout.is_zero() {
+                    deadline = Some(Instant::now() + timeout);
+                    continue;
+                }
                 return Polled::Nothing;
             };
             let event = Event(event);
@@ -99,7 +107,7 @@ impl SourceQueue {
                     tracing::warn!("ignored event {:?} on the source consumer's queue", name);
                 }
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Polled::Nothing;
             }
         }

@@ -71,6 +71,9 @@ pub struct TargetNames {
     template: Option<TopicTemplate>,
     /// Looked up for every record, hence the fast hash.
     cache: RefCell<FxHashMap<String, Rc<CStr>>>,
+    /// The previous record's topic and target: records come in runs from one topic, and
+    /// comparing one name is cheaper than hashing it.
+    last: RefCell<Option<(String, Rc<CStr>)>>,
 }
 
 impl TargetNames {
@@ -78,12 +81,33 @@ impl TargetNames {
         TargetNames {
             template,
             cache: RefCell::default(),
+            last: RefCell::default(),
         }
     }
 
     /// The target topic of records from `topic`; `None` if the name holds a NUL byte (no
     /// Kafka topic does).
     pub fn of(&self, topic: &str) -> Option<Rc<CStr>> {
+        if let Some((last, name)) = &*self.last.borrow() {
+            if last == topic {
+                return Some(name.clone());
+            }
+        }
+        let name = self.lookup(topic)?;
+        let mut last = self.last.borrow_mut();
+        match &mut *last {
+            // Reuses the String's buffer: no allocation once it is long enough.
+            Some((t, n)) => {
+                t.clear();
+                t.push_str(topic);
+                *n = name.clone();
+            }
+            None => *last = Some((topic.to_owned(), name.clone())),
+        }
+        Some(name)
+    }
+
+    fn lookup(&self, topic: &str) -> Option<Rc<CStr>> {
         if let Some(name) = self.cache.borrow().get(topic) {
             return Some(name.clone());
         }
