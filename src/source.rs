@@ -18,20 +18,26 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::topic_partition_list::TopicPartitionList;
-use rdkafka::Offset;
 
 use crate::rebalance::MirrorConsumer;
 
-/// A reference to the consumer's queue (where librdkafka also forwards the main queue:
-/// rebalances, statistics, logs and errors arrive here too). Must be dropped before the
-/// consumer it came from.
-pub struct SourceQueue {
+/// The source consumer with our own reference to its queue (where librdkafka also forwards
+/// the main queue: rebalances, statistics, logs and errors arrive there too). Together, so that
+/// the queue is always released before the consumer and only ever polled with its own.
+pub struct Source {
+    /// Released in `drop`, before `consumer` is dropped.
     queue: NonNull<rdsys::rd_kafka_queue_t>,
+    consumer: MirrorConsumer,
 }
 
-// SAFETY: a librdkafka queue handle may be used from any thread; the stream that owns this one
-// only moves it along with its consumer.
-unsafe impl Send for SourceQueue {}
+// SAFETY: a librdkafka queue handle may be used from any thread; it moves with its consumer,
+// which is `Send` itself.
+unsafe impl Send for Source {}
+
+// The OAuth refresh event is dropped below as rust-rdkafka drops it for a context that does
+// not refresh tokens; a context that did would need it handled here.
+const _: () =
+    assert!(!<crate::rebalance::RebalanceContext as ClientContext>::ENABLE_REFRESH_OAUTH_TOKEN);
 
 /// What one poll returned.
 pub enum Polled<'a> {
@@ -42,35 +48,42 @@ pub enum Polled<'a> {
     Error(KafkaError),
 }
 
-impl SourceQueue {
-    /// The queue `consumer` reads; `None` if the consumer has no group (no consumer queue).
-    pub fn of(consumer: &MirrorConsumer) -> Option<SourceQueue> {
-        // SAFETY: the client pointer is live for the borrow of `consumer`; the call returns a
+impl Source {
+    /// `None` if the consumer has no group (no consumer queue to read).
+    pub fn new(consumer: MirrorConsumer) -> Option<Source> {
+        // SAFETY: the client pointer is live while we hold `consumer`; the call returns a
         // new reference (or null) that this value owns and releases in `drop`.
         let queue = unsafe { rdsys::rd_kafka_queue_get_consumer(consumer.client().native_ptr()) };
-        NonNull::new(queue).map(|queue| SourceQueue { queue })
+        NonNull::new(queue).map(|queue| Source { queue, consumer })
+    }
+
+    pub fn consumer(&self) -> &MirrorConsumer {
+        &self.consumer
     }
 
     /// Waits up to `timeout` for the next record, serving other events on the way. Returns
     /// after a rebalance even if time is left, as rust-rdkafka does, so that the caller sees
     /// the new assignment before the next record.
-    pub fn poll<'a>(&'a self, consumer: &'a MirrorConsumer, timeout: Duration) -> Polled<'a> {
+    pub fn poll(&self, timeout: Duration) -> Polled<'_> {
+        let consumer = &self.consumer;
         // The clock is read only once the queue is found empty: while records are waiting,
         // a poll costs no time-keeping.
         let mut deadline: Option<Instant> = None;
         loop {
             let ms = deadline.map_or(0, |d| {
                 let left = d.saturating_duration_since(Instant::now());
-                c_int::try_from(left.as_millis()).unwrap_or(c_int::MAX)
+                c_int::try_from(left.as_micros().div_ceil(1000)).unwrap_or(c_int::MAX)
             });
             // SAFETY: `self.queue` is a live queue reference owned by `self`.
             let event = unsafe { rdsys::rd_kafka_queue_poll(self.queue.as_ptr(), ms) };
             let Some(event) = NonNull::new(event) else {
-                if deadline.is_none() && !timeout.is_zero() {
-                    deadline = Some(Instant::now() + timeout);
-                    continue;
+                let now = Instant::now();
+                match deadline {
+                    None if !timeout.is_zero() => deadline = Some(now + timeout),
+                    Some(d) if now < d => {}
+                    _ => return Polled::Nothing,
                 }
-                return Polled::Nothing;
+                continue;
             };
             let event = Event(event);
             match event.kind() {
@@ -114,9 +127,10 @@ impl SourceQueue {
     }
 }
 
-impl Drop for SourceQueue {
+impl Drop for Source {
     fn drop(&mut self) {
-        // SAFETY: the reference taken in `of`, released once.
+        // SAFETY: the reference taken in `new`, released once, while the consumer (dropped
+        // after this) is still alive.
         unsafe { rdsys::rd_kafka_queue_destroy(self.queue.as_ptr()) }
     }
 }
@@ -140,11 +154,13 @@ impl Event {
     }
 
     /// The event's partition list as a `TopicPartitionList` of our own (a copy: rust-rdkafka
-    /// cannot wrap a list the event owns). Only rebalances and commits, never per record.
+    /// cannot wrap a list the event owns): topic, partition, offset, leader epoch and error of
+    /// each element. Only rebalances and commits, never per record.
     fn partitions(&self) -> TopicPartitionList {
-        let mut copy = TopicPartitionList::new();
+        let copy = TopicPartitionList::new();
         // SAFETY: the list (or null) belongs to the live event; its `cnt` elements are
-        // initialised, and each element's topic is a NUL-terminated string.
+        // initialised, and each element's topic is a NUL-terminated string, which
+        // rd_kafka_topic_partition_list_add copies into an element of `copy` (ours).
         unsafe {
             let Some(list) = rdsys::rd_kafka_event_topic_partition_list(self.ptr()).as_ref() else {
                 return copy;
@@ -154,14 +170,14 @@ impl Event {
             }
             let elems = std::slice::from_raw_parts(list.elems, list.cnt.max(0) as usize);
             for e in elems {
-                let topic = CStr::from_ptr(e.topic).to_string_lossy();
-                // `Offset::from_raw` maps librdkafka's special values (beginning, end,
-                // stored, invalid); a copy cannot fail for a valid one.
-                if let Err(err) =
-                    copy.add_partition_offset(&topic, e.partition, Offset::from_raw(e.offset))
-                {
-                    tracing::warn!("{topic}/{}: {err}", e.partition);
-                }
+                let added =
+                    rdsys::rd_kafka_topic_partition_list_add(copy.ptr(), e.topic, e.partition);
+                (*added).offset = e.offset;
+                (*added).err = e.err;
+                rdsys::rd_kafka_topic_partition_set_leader_epoch(
+                    added,
+                    rdsys::rd_kafka_topic_partition_get_leader_epoch(e),
+                );
             }
         }
         copy
@@ -329,11 +345,13 @@ impl Record<'_> {
     }
 
     pub fn key(&self) -> Option<&[u8]> {
-        bytes(self.raw().key, self.raw().key_len)
+        // SAFETY: the key belongs to the message, which lives as long as `self`.
+        unsafe { bytes(self.raw().key, self.raw().key_len) }
     }
 
     pub fn payload(&self) -> Option<&[u8]> {
-        bytes(self.raw().payload, self.raw().len)
+        // SAFETY: the payload belongs to the message, which lives as long as `self`.
+        unsafe { bytes(self.raw().payload, self.raw().len) }
     }
 
     pub fn payload_len(&self) -> usize {
@@ -344,12 +362,13 @@ impl Record<'_> {
         }
     }
 
-    /// Creation or log-append time in ms, if the record has one.
+    /// Creation or log-append time in ms, if the record has one (-1 is none, as in
+    /// rust-rdkafka; other negative times are kept as they are).
     pub fn timestamp(&self) -> Option<i64> {
         let mut kind = rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
         // SAFETY: a live message; the call only reads it.
         let t = unsafe { rdsys::rd_kafka_message_timestamp(self.ptr(), &mut kind) };
-        (kind != rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE && t >= 0)
+        (kind != rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE && t != -1)
             .then_some(t)
     }
 
@@ -396,7 +415,10 @@ pub struct Header<'a> {
 }
 
 /// A byte view of librdkafka memory; null is `None`.
-fn bytes<'a>(ptr: *const c_void, len: usize) -> Option<&'a [u8]> {
-    // SAFETY: callers pass a pointer and length librdkafka gives for memory that outlives 'a.
+///
+/// # Safety
+/// A non-null `ptr` must point at `len` readable bytes that stay valid and unchanged for 'a.
+unsafe fn bytes<'a>(ptr: *const c_void, len: usize) -> Option<&'a [u8]> {
+    // SAFETY: the caller's contract.
     (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
 }

@@ -22,7 +22,7 @@ use crate::producer::{
 };
 use crate::rebalance::{commit, MirrorConsumer, RebalanceContext};
 use crate::settings::Settings;
-use crate::source::{Polled, Record, SourceQueue};
+use crate::source::{Polled, Record, Source};
 use crate::target::{TargetNames, PROVENANCE_HEADER};
 use crate::topics::TopicCreator;
 
@@ -65,9 +65,8 @@ pub struct Stream<'s> {
     settings: &'s Settings,
     shared: Arc<StreamShared>,
     producer: Arc<MirrorProducer>,
-    /// Our reference to the consumer's queue; released before the consumer.
-    source: SourceQueue,
-    consumer: MirrorConsumer,
+    /// The source consumer and our poll of its queue.
+    source: Source,
     subscribed: Vec<String>,
     paused: bool,
     /// Only this stream's thread calls it; a `RefCell` because records borrow the consumer.
@@ -142,7 +141,7 @@ impl<'s> Stream<'s> {
                 client: "source consumer",
                 source,
             })?;
-        let source = SourceQueue::of(&consumer).ok_or_else(|| StreamError::Create {
+        let source = Source::new(consumer).ok_or_else(|| StreamError::Create {
             stream: id,
             client: "source consumer queue (is group.id set?)",
             source: KafkaError::ClientCreation("no consumer queue".to_owned()),
@@ -153,7 +152,6 @@ impl<'s> Stream<'s> {
             shared,
             producer,
             source,
-            consumer,
             subscribed: Vec::new(),
             paused: false,
             handler: std::cell::RefCell::new(handler),
@@ -174,7 +172,7 @@ impl<'s> Stream<'s> {
         while !self.shared.control.stop_requested() {
             self.producer.poll(Duration::ZERO);
             self.make_room();
-            match self.source.poll(&self.consumer, POLL_INTERVAL) {
+            match self.source.poll(POLL_INTERVAL) {
                 Polled::Nothing => {}
                 Polled::Record(record) => self.mirror(&record),
                 Polled::Error(e) => self.consumer_error(e),
@@ -182,7 +180,12 @@ impl<'s> Stream<'s> {
             let now = Instant::now();
             crate::notify::turned(&self.shared.stats, &self.shared.last_turn, now);
             if now >= next_commit {
-                if let Err(e) = commit(&self.consumer, &self.shared, None, CommitMode::Async) {
+                if let Err(e) = commit(
+                    self.source.consumer(),
+                    &self.shared,
+                    None,
+                    CommitMode::Async,
+                ) {
                     tracing::warn!(
                         stream = self.id,
                         "offset commit failed: {e}; retrying at the next commit"
@@ -209,10 +212,11 @@ impl<'s> Stream<'s> {
                 self.settings.topics.pattern(),
                 self.settings.topic_refresh_interval
             );
-            self.consumer.unsubscribe();
+            self.source.consumer().unsubscribe();
         } else {
             let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-            self.consumer
+            self.source
+                .consumer()
                 .subscribe(&names)
                 .map_err(|source| StreamError::Subscribe {
                     stream: self.id,
@@ -231,7 +235,7 @@ impl<'s> Stream<'s> {
     }
 
     fn refresh_topics(&mut self) {
-        match matching_topics(&self.consumer, self.settings, METADATA_TIMEOUT) {
+        match matching_topics(self.source.consumer(), self.settings, METADATA_TIMEOUT) {
             Ok(topics) => {
                 if let Err(e) = self.subscribe(topics) {
                     tracing::warn!("{e}");
@@ -309,7 +313,7 @@ impl<'s> Stream<'s> {
     }
 
     fn set_paused(&mut self, pause: bool, records: usize, bytes: usize) {
-        let assignment = match self.consumer.assignment() {
+        let assignment = match self.source.consumer().assignment() {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!(stream = self.id, "cannot read the assignment: {e}");
@@ -317,9 +321,9 @@ impl<'s> Stream<'s> {
             }
         };
         let result = if pause {
-            self.consumer.pause(&assignment)
+            self.source.consumer().pause(&assignment)
         } else {
-            self.consumer.resume(&assignment)
+            self.source.consumer().resume(&assignment)
         };
         match result {
             Ok(()) => {
@@ -339,7 +343,7 @@ impl<'s> Stream<'s> {
     }
 
     fn shared_context(&self) -> &RebalanceContext {
-        self.consumer.context()
+        self.source.consumer().context()
     }
 
     /// Produces one consumed record as it is: key, value, headers, timestamp, and (with
@@ -540,7 +544,6 @@ impl<'s> Stream<'s> {
         self.shared_context().closing.store(true, Ordering::SeqCst);
         let id = self.id;
         drop(self.source);
-        drop(self.consumer);
         let n = committed.map_err(|source| StreamError::FinalCommit { stream: id, source })?;
         tracing::info!(
             stream = id,
@@ -557,13 +560,11 @@ impl Stream<'_> {
     fn final_commit(&self) -> KafkaResult<usize> {
         let deadline = Instant::now() + FINAL_COMMIT_RETRY;
         loop {
-            match commit(&self.consumer, &self.shared, None, CommitMode::Sync) {
+            match commit(self.source.consumer(), &self.shared, None, CommitMode::Sync) {
                 Err(e) if is_retriable_commit_error(&e) && Instant::now() < deadline => {
                     tracing::info!(stream = self.id, "final commit: {e}; retrying");
                     // Serve the rebalance (its revocation commits and releases partitions).
-                    if let Polled::Record(m) =
-                        self.source.poll(&self.consumer, Duration::from_millis(200))
-                    {
+                    if let Polled::Record(m) = self.source.poll(Duration::from_millis(200)) {
                         tracing::debug!(
                             stream = self.id,
                             "not mirrored at shutdown: {}/{} offset {}",
