@@ -120,8 +120,13 @@ impl Source {
                     tracing::warn!("ignored event {:?} on the source consumer's queue", name);
                 }
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Polled::Nothing;
+            // A served event starts the clock too, so that a stream of them (say, debug
+            // logging) cannot keep the caller from its timers.
+            let now = Instant::now();
+            match deadline {
+                None => deadline = Some(now + timeout),
+                Some(d) if now >= d => return Polled::Nothing,
+                Some(_) => {}
             }
         }
     }
