@@ -180,19 +180,13 @@ impl RawHeaders {
 
     /// A copy of a consumed record's headers (allocated by librdkafka, not on our heap).
     pub fn copy_of(message: &crate::source::Record<'_>) -> RawHeaders {
-        let mut borrowed = std::ptr::null_mut();
-        // SAFETY: `message.ptr()` is a live message for the borrow of `message`;
-        // rd_kafka_message_headers only reads it and points `borrowed` at headers it owns.
-        // rd_kafka_headers_copy makes an independent copy that we own.
-        unsafe {
-            let err = rdkafka::bindings::rd_kafka_message_headers(message.ptr(), &mut borrowed);
-            if err != rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-                || borrowed.is_null()
-            {
-                return RawHeaders::none();
-            }
-            RawHeaders(rdkafka::bindings::rd_kafka_headers_copy(borrowed))
+        let list = message.header_list();
+        if list.is_null() {
+            return RawHeaders::none();
         }
+        // SAFETY: `list` belongs to the live message; rd_kafka_headers_copy only reads it and
+        // makes an independent copy that we own.
+        RawHeaders(unsafe { rdkafka::bindings::rd_kafka_headers_copy(list) })
     }
 
     /// Appends a header (repeated names are kept, in order).

@@ -329,7 +329,7 @@ impl Record<'_> {
         unsafe { self.message.as_ref() }
     }
 
-    pub fn ptr(&self) -> *const rdsys::rd_kafka_message_t {
+    fn ptr(&self) -> *const rdsys::rd_kafka_message_t {
         self.message.as_ptr()
     }
 
@@ -377,16 +377,22 @@ impl Record<'_> {
             .then_some(t)
     }
 
-    /// The record's headers (parsed by librdkafka on first use), in order.
-    pub fn headers(&self) -> impl Iterator<Item = Header<'_>> {
+    /// The record's header list (owned by the message, parsed by librdkafka on first use);
+    /// null when it has none.
+    pub fn header_list(&self) -> *const rdsys::rd_kafka_headers_t {
         let mut list = std::ptr::null_mut();
         // SAFETY: a live message; librdkafka points `list` at headers the message owns.
         let err = unsafe { rdsys::rd_kafka_message_headers(self.ptr(), &mut list) };
-        let list = if err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        if err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
             list.cast_const()
         } else {
             std::ptr::null()
-        };
+        }
+    }
+
+    /// The record's headers (parsed by librdkafka on first use), in order.
+    pub fn headers(&self) -> impl Iterator<Item = Header<'_>> {
+        let list = self.header_list();
         (0..).map_while(move |i| {
             if list.is_null() {
                 return None;
