@@ -1,31 +1,40 @@
 //! mirror-maker: mirrors Kafka topics from a source cluster to a target cluster with KIP-3's
-//! guarantees. A record's path through the code, in order:
+//! guarantees: nothing is lost, and the source's committed offsets never pass a record the
+//! target has not acknowledged.
 //!
-//! - [`cli`] and [`config`] → [`settings`]: flags and config files, validated, no-data-loss rules
-//!   applied, before any broker is contacted;
-//! - [`pipeline`]: checks both clusters and runs the streams;
-//! - [`stream`]: one consumer and producer on a thread: consume ([`source`]) → produce;
-//! - [`producer`]: delivery reports → [`offsets`], the acknowledged-offset tracker;
-//! - [`plugin`]: the user's message handler and rebalance listener, loaded at run time;
-//! - [`rebalance`]: flush and commit before partitions move, and the commits themselves;
-//! - [`control`]: stop requests, fatal errors, counters; [`demo`]: the embedded default.
+//! # Module map
+//!
+//! Layers, lowest first; a module imports only from its own layer's siblings or from layers
+//! below it, so there is no import circle:
+//!
+//! 1. [`native`]: the FFI edge to librdkafka (every `unsafe` line but the plugin host's):
+//!    [`native::queue`] polls the source consumer's queue, [`native::record`] is a consumed
+//!    record borrowed from librdkafka, [`native::produce`] hands records to the producer.
+//! 2. [`plugin`]: the host of user plugins (message handler, rebalance listener), loaded at run
+//!    time; the other module allowed `unsafe`.
+//! 3. [`settings`]: [`settings::flags`] (the command line as typed), [`settings::client`]
+//!    (librdkafka properties from TOML or `.properties` files, the no-data-loss rules),
+//!    [`settings::routing`] (whitelist, target-topic template, provenance), validated into
+//!    [`settings::Settings`] before any broker is contacted.
+//! 4. [`mirror`]: the data path: [`mirror::pipeline`] → [`mirror::stream`] (consume, route,
+//!    produce) → [`mirror::delivery`] → [`mirror::offsets`] → [`mirror::commit`];
+//!    [`mirror::rebalance`] and [`mirror::topics`] before partitions move; [`mirror::probe`],
+//!    [`mirror::target`], [`mirror::clients`], [`mirror::state`].
+//! 5. [`ops`] (metrics, health, progress, systemd notification, logging) and [`tools`]
+//!    (`check`, `verify`, `demo`, record comparison): they read the mirror's state and run
+//!    it; the mirror never calls them.
+//!
+//! `main.rs` sits on top: subcommand dispatch and the one place where an error becomes an
+//! exit code.
 
-pub mod check;
-pub mod cli;
-pub mod config;
-pub mod control;
-pub mod demo;
-pub mod logging;
-pub mod metrics;
-pub mod notify;
-pub mod offsets;
-pub mod pipeline;
+#[allow(unsafe_code)]
+pub mod native;
+#[allow(unsafe_code)]
 pub mod plugin;
-pub mod producer;
-pub mod rebalance;
+
 pub mod settings;
-pub mod source;
-pub mod stream;
-pub mod target;
-pub mod topics;
-pub mod verify;
+
+pub mod mirror;
+
+pub mod ops;
+pub mod tools;

@@ -1,53 +1,73 @@
-//! `mirror-maker`: exit codes 0 (clean shutdown), 1 (runtime failure), 2 (bad usage or
-//! configuration).
+//! `mirror-maker`: subcommand dispatch, and the one place where an outcome becomes an exit
+//! code: 0 clean shutdown (or a check that found nothing wrong), 1 runtime failure, 2 bad
+//! usage or configuration. (130: a second SIGINT/SIGTERM exits at once, from the signal
+//! thread.)
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 
-use mirror_maker::cli::{Cli, Command, MirrorArgs};
-use mirror_maker::control::{Control, Stats};
+use mirror_maker::mirror::pipeline;
+use mirror_maker::mirror::state::{Control, Stats};
+use mirror_maker::ops::{health, logging, notify, progress};
+use mirror_maker::settings::flags::{Cli, Command, LogFormat, MirrorArgs, VerifyArgs};
 use mirror_maker::settings::Settings;
-use mirror_maker::{demo, logging, metrics, pipeline};
+use mirror_maker::tools::{check, demo, verify};
+
+/// How a run ended, when it ended without an error of its own.
+enum Outcome {
+    /// Exit 0.
+    Success,
+    /// Exit 1 after the command reported what it found (a failed check, verify or demo).
+    Failed,
+}
+
+/// An error that ends the process, printed once by `main`.
+enum Failure {
+    /// Bad usage or configuration: exit 2, before any broker is contacted.
+    Usage(anyhow::Error),
+    /// Exit 1.
+    Runtime(anyhow::Error),
+}
 
 const RUNTIME_FAILURE: u8 = 1;
 const BAD_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
+    match run() {
+        Ok(Outcome::Success) => ExitCode::SUCCESS,
+        Ok(Outcome::Failed) => ExitCode::from(RUNTIME_FAILURE),
+        Err(Failure::Usage(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(BAD_USAGE)
+        }
+        Err(Failure::Runtime(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(RUNTIME_FAILURE)
+        }
+    }
+}
+
+fn run() -> Result<Outcome, Failure> {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
             // --help, --version
             let _ = e.print();
-            return ExitCode::SUCCESS;
+            return Ok(Outcome::Success);
         }
-        Err(e) => {
-            // One line: what is wrong; the usage is one --help away.
-            // clap lists missing arguments on the lines after the first; join them.
-            let rendered = e.render().to_string();
-            let mut lines = rendered.lines();
-            let mut message = lines.next().unwrap_or("error: bad usage").to_owned();
-            for item in lines.take_while(|l| !l.trim().is_empty()) {
-                message.push(' ');
-                message.push_str(item.trim());
-            }
-            eprintln!("{message} (see mirror-maker --help)");
-            return ExitCode::from(BAD_USAGE);
-        }
+        Err(e) => return Err(usage(one_line_usage_error(&e))),
     };
     logging::init(match cli.command {
         None => cli.mirror.log_format,
-        Some(_) => mirror_maker::cli::LogFormat::Text,
+        Some(_) => LogFormat::Text,
     });
     match cli.command {
-        Some(Command::Demo(args)) => match demo::run(&args) {
-            Ok(true) => ExitCode::SUCCESS,
-            Ok(false) => ExitCode::from(RUNTIME_FAILURE),
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::from(RUNTIME_FAILURE)
-            }
+        Some(Command::Demo(args)) => match demo::run(&args).map_err(Failure::Runtime)? {
+            true => Ok(Outcome::Success),
+            false => Ok(Outcome::Failed),
         },
         Some(Command::Verify(args)) => run_verify(&args),
         Some(Command::Check(args)) => run_check(&args),
@@ -55,122 +75,106 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_check(args: &MirrorArgs) -> ExitCode {
-    let settings = match Settings::from_args(args) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(BAD_USAGE);
-        }
-    };
-    let report = mirror_maker::check::check(&settings);
+/// clap's error as one line: what is wrong; the usage is one --help away. clap lists missing
+/// arguments on the lines after the first; they are joined.
+fn one_line_usage_error(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let mut lines = rendered.lines();
+    let first = lines.next().unwrap_or("error: bad usage");
+    let mut message = first.strip_prefix("error: ").unwrap_or(first).to_owned();
+    for item in lines.take_while(|l| !l.trim().is_empty()) {
+        message.push(' ');
+        message.push_str(item.trim());
+    }
+    message.push_str(" (see mirror-maker --help)");
+    message
+}
+
+/// A typed error whose message already names its cause (so its chain is not printed again).
+fn usage(e: impl std::fmt::Display) -> Failure {
+    Failure::Usage(anyhow::Error::msg(e.to_string()))
+}
+
+/// As [`usage`], for exit 1.
+fn runtime(e: impl std::fmt::Display) -> Failure {
+    Failure::Runtime(anyhow::Error::msg(e.to_string()))
+}
+
+fn run_check(args: &MirrorArgs) -> Result<Outcome, Failure> {
+    let settings = Settings::from_args(args).map_err(usage)?;
+    let report = check::check(&settings);
     print!("{}", report.render());
-    if report.problems.is_empty() {
-        ExitCode::SUCCESS
+    Ok(if report.problems.is_empty() {
+        Outcome::Success
     } else {
-        ExitCode::from(RUNTIME_FAILURE)
-    }
+        Outcome::Failed
+    })
 }
 
-fn run_verify(args: &mirror_maker::cli::VerifyArgs) -> ExitCode {
-    let verification = match mirror_maker::verify::Verification::from_args(args) {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(BAD_USAGE);
-        }
-    };
-    match mirror_maker::verify::verify(&verification) {
-        Ok(report) => {
-            if args.json {
-                match serde_json::to_string_pretty(&report) {
-                    Ok(json) => println!("{json}"),
-                    Err(e) => {
-                        eprintln!("error: cannot write the report as JSON: {e}");
-                        return ExitCode::from(RUNTIME_FAILURE);
-                    }
-                }
-            } else {
-                print!("{}", report.render());
-            }
-            if report.ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(RUNTIME_FAILURE)
-            }
-        }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(RUNTIME_FAILURE)
-        }
+fn run_verify(args: &VerifyArgs) -> Result<Outcome, Failure> {
+    let verification = verify::Verification::from_args(args).map_err(usage)?;
+    let report = verify::verify(&verification).map_err(Failure::Runtime)?;
+    if args.json {
+        let json = serde_json::to_string_pretty(&report)
+            .map_err(|e| runtime(format!("cannot write the report as JSON: {e}")))?;
+        println!("{json}");
+    } else {
+        print!("{}", report.render());
     }
+    Ok(if report.ok {
+        Outcome::Success
+    } else {
+        Outcome::Failed
+    })
 }
 
-fn run_mirror(args: &MirrorArgs) -> ExitCode {
-    let mut settings = match Settings::from_args(args) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(BAD_USAGE);
-        }
-    };
-    let metrics_addr = match args.metrics_addr.as_deref().map(resolve_metrics_addr) {
-        Some(Err(e)) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(BAD_USAGE);
-        }
-        Some(Ok(addr)) => Some(addr),
-        None => None,
-    };
-    let progress = std::time::Duration::from_millis(args.progress_interval_ms);
-    if metrics_addr.is_some() || !progress.is_zero() {
-        settings.enable_statistics(if progress.is_zero() {
+fn run_mirror(args: &MirrorArgs) -> Result<Outcome, Failure> {
+    let mut settings = Settings::from_args(args).map_err(usage)?;
+    let metrics_addr = args
+        .metrics_addr
+        .as_deref()
+        .map(resolve_metrics_addr)
+        .transpose()
+        .map_err(usage)?;
+    let progress_interval = Duration::from_millis(args.progress_interval_ms);
+    if metrics_addr.is_some() || !progress_interval.is_zero() {
+        settings.enable_statistics(if progress_interval.is_zero() {
             STATISTICS_INTERVAL
         } else {
-            progress.min(STATISTICS_INTERVAL)
+            progress_interval.min(STATISTICS_INTERVAL)
         });
     }
     let control = Arc::new(Control::new());
     let stats = Arc::new(Stats::default());
     if let Some(addr) = metrics_addr {
-        if let Err(e) = metrics::serve(addr, stats.clone(), control.clone(), settings.num_streams) {
-            eprintln!(
-                "error: cannot serve metrics on --metrics.addr {addr}: {e}; choose a free \
-                 address or leave the flag out"
-            );
-            return ExitCode::from(BAD_USAGE);
-        }
+        health::serve(addr, stats.clone(), control.clone(), settings.num_streams).map_err(|e| {
+            usage(format!(
+                "cannot serve metrics on --metrics.addr {addr}: {e}; choose a free address \
+                     or leave the flag out"
+            ))
+        })?;
     }
-    if !progress.is_zero() {
-        metrics::log_progress(stats.clone(), control.clone(), progress);
+    if !progress_interval.is_zero() {
+        progress::log_progress(stats.clone(), control.clone(), progress_interval);
     }
-    mirror_maker::notify::start(stats.clone(), control.clone(), settings.num_streams);
-    if let Err(e) = watch_signals(control.clone()) {
-        eprintln!("error: cannot install signal handlers: {e:#}");
-        return ExitCode::from(RUNTIME_FAILURE);
-    }
+    notify::start(stats.clone(), control.clone(), settings.num_streams);
+    watch_signals(control.clone())
+        .map_err(|e| Failure::Runtime(e.context("cannot install signal handlers")))?;
     watch_shutdown(control.clone(), settings.shutdown_timeout + SHUTDOWN_GRACE);
-    match pipeline::run(&settings, control, stats) {
-        Ok(summary) => {
-            if summary.unacknowledged > 0 {
-                tracing::warn!(
-                    "{} records were not acknowledged by the target before the shutdown timeout; \
-                     they were not committed and will be mirrored again on restart",
-                    summary.unacknowledged
-                );
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(RUNTIME_FAILURE)
-        }
+    let summary = pipeline::run(&settings, control, stats).map_err(runtime)?;
+    if summary.unacknowledged > 0 {
+        tracing::warn!(
+            "{} records were not acknowledged by the target before the shutdown timeout; they \
+             were not committed and will be mirrored again on restart",
+            summary.unacknowledged
+        );
     }
+    Ok(Outcome::Success)
 }
 
 /// How often the clients report statistics (lag, broker states) when metrics or progress
 /// lines are on.
-const STATISTICS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+const STATISTICS_INTERVAL: Duration = Duration::from_secs(5);
 
 fn resolve_metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
     use std::net::ToSocketAddrs;
@@ -182,16 +186,16 @@ fn resolve_metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
 
 /// Beyond the flush timeout, how long closing the clients may take before the process exits
 /// anyway (what was committed stays committed).
-const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 /// The last resort against a shutdown that hangs (a client that cannot close): once a stop is
 /// requested, the process exits 1 after `limit` whatever is still running.
-fn watch_shutdown(control: Arc<Control>, limit: std::time::Duration) {
+fn watch_shutdown(control: Arc<Control>, limit: Duration) {
     let spawned = std::thread::Builder::new()
         .name("shutdown-watchdog".into())
         .spawn(move || {
             while !control.stop_requested() {
-                std::thread::sleep(std::time::Duration::from_millis(100));
+                std::thread::sleep(Duration::from_millis(100));
             }
             std::thread::sleep(limit);
             eprintln!(
@@ -229,7 +233,7 @@ fn watch_signals(control: Arc<Control>) -> anyhow::Result<()> {
                     };
                     if round == 0 {
                         tracing::info!("{name}: stopping (flush, commit, exit)");
-                        mirror_maker::notify::stopping();
+                        notify::stopping();
                         control.request_stop();
                     } else {
                         tracing::warn!("{name} again: exiting now without waiting for the flush");

@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::source::Record;
+use crate::native::record::Record;
 use mirror_maker_plugin::ffi;
 
 #[derive(Debug, thiserror::Error)]

@@ -13,16 +13,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mirror_maker::config::{ClientProps, Role};
-use mirror_maker::control::{Control, Stats};
-use mirror_maker::demo::write_samples;
-use mirror_maker::settings::{Settings, SettingsOptions, TopicFilter};
+use mirror_maker::mirror::state::{Control, Stats};
+use mirror_maker::settings::client::{ClientProps, Role};
+use mirror_maker::settings::routing::TopicFilter;
+use mirror_maker::settings::{Settings, SettingsOptions};
+use mirror_maker::tools::demo::write_samples;
 
 struct Counting;
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
+#[allow(unsafe_code)] // a counting allocator is unsafe by its trait
+                      // SAFETY: forwards every call to the system allocator unchanged; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
@@ -81,8 +83,9 @@ fn allocations_to_mirror(records: u64, provenance: bool) -> u64 {
     )
     .unwrap();
     if provenance {
-        settings.provenance =
-            Some(mirror_maker::target::Provenance::new(Some("east"), Some("west")).unwrap());
+        settings.provenance = Some(
+            mirror_maker::settings::routing::Provenance::new(Some("east"), Some("west")).unwrap(),
+        );
     }
     let control = Arc::new(Control::new());
     let stats = Arc::new(Stats::default());
@@ -90,7 +93,7 @@ fn allocations_to_mirror(records: u64, provenance: bool) -> u64 {
     std::thread::scope(|scope| {
         let mirror = {
             let (control, stats, settings) = (control.clone(), stats.clone(), &settings);
-            scope.spawn(move || mirror_maker::pipeline::run(settings, control, stats))
+            scope.spawn(move || mirror_maker::mirror::pipeline::run(settings, control, stats))
         };
         let deadline = Instant::now() + Duration::from_secs(120);
         while Stats::get(&stats.acknowledged) < records {

@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use mirror_maker::config::{ClientProps, Role};
+use mirror_maker::settings::client::{ClientProps, Role};
 use yaml_rust2::{Yaml, YamlLoader};
 
 fn repo(path: &str) -> PathBuf {
@@ -147,7 +147,7 @@ fn the_compose_file_wires_two_kraft_clusters_a_producer_and_the_mirror() {
     .unwrap();
     assert_eq!(consumer.get("bootstrap.servers"), Some("source-kafka:9092"));
     assert_eq!(target.get("bootstrap.servers"), Some("target-kafka:9092"));
-    let whitelist = mirror_maker::settings::TopicFilter::new(&arg("--whitelist")).unwrap();
+    let whitelist = mirror_maker::settings::routing::TopicFilter::new(&arg("--whitelist")).unwrap();
     assert!(whitelist.matches(topic), "{topic}");
     assert_eq!(arg("--metrics.addr"), "0.0.0.0:9464");
 }

@@ -128,7 +128,7 @@ fn a_target_outage_pauses_consumption_keeps_the_group_and_loses_nothing() {
         &[],
         &[("queue.buffering.max.messages", "200")],
         &["--offset.commit.interval.ms", "300"],
-        "info,mirror_maker::stream=debug",
+        "info,mirror_maker::mirror::stream=debug",
     );
     wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 1000);
     clusters.target.broker_down(1).unwrap();

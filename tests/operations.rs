@@ -249,10 +249,10 @@ fn target_topic_template_renames_every_record() {
 }
 
 /// The provenance headers of a record, in order.
-fn provenance(r: &mirror_maker::verify::Record) -> Vec<String> {
+fn provenance(r: &mirror_maker::tools::compare::OwnedRecord) -> Vec<String> {
     r.headers
         .iter()
-        .filter(|(k, _)| k == mirror_maker::target::PROVENANCE_HEADER)
+        .filter(|(k, _)| k == mirror_maker::settings::routing::PROVENANCE_HEADER)
         .map(|(_, v)| String::from_utf8_lossy(v.as_deref().unwrap_or_default()).into_owned())
         .collect()
 }

@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mirror_maker::verify::Record;
+use mirror_maker::tools::compare::OwnedRecord as Record;
 
 use common::*;
 

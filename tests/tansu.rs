@@ -6,8 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use mirror_maker::demo::sample;
-use mirror_maker::verify::{read_until_quiet, Record};
+use mirror_maker::tools::compare::{read_until_quiet, OwnedRecord as Record};
+use mirror_maker::tools::demo::sample;
 
 use common::*;
 

@@ -96,7 +96,7 @@ fn an_altered_record_is_changed_and_its_original_missing() {
         .set("bootstrap.servers", clusters.dst())
         .create()
         .unwrap();
-    let s = mirror_maker::demo::sample(50, PARTITIONS, 100);
+    let s = mirror_maker::tools::demo::sample(50, PARTITIONS, 100);
     producer
         .send(
             BaseRecord::<[u8], [u8]>::to(TOPIC)
@@ -137,7 +137,7 @@ fn a_record_in_another_partition_is_misplaced_under_preserve_only() {
     let clusters = clusters_with_source();
     copy_samples(&clusters, (0..200).filter(|&i| i != 40));
     // Record 40 belongs in partition 0; the broken mirror put it in partition 1.
-    let s = mirror_maker::demo::sample(40, PARTITIONS, 100);
+    let s = mirror_maker::tools::demo::sample(40, PARTITIONS, 100);
     write_sample_to_partition(&clusters.dst(), 40, 1);
     assert_eq!(s.partition, 0);
     let (out, json) = verify(&clusters, &[]);
@@ -149,7 +149,7 @@ fn a_record_in_another_partition_is_misplaced_under_preserve_only() {
 
 fn write_sample_to_partition(bootstrap: &str, i: u64, partition: i32) {
     use rdkafka::message::{Header, OwnedHeaders};
-    let s = mirror_maker::demo::sample(i, PARTITIONS, 100);
+    let s = mirror_maker::tools::demo::sample(i, PARTITIONS, 100);
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()

@@ -13,8 +13,8 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-pub use mirror_maker::demo::{compare_topic, sample, write_samples};
-pub use mirror_maker::verify::Comparison;
+pub use mirror_maker::tools::compare::Comparison;
+pub use mirror_maker::tools::demo::{compare_topic, sample, write_samples};
 
 pub const GROUP: &str = "mirror-test";
 
@@ -429,8 +429,12 @@ pub fn build_c_handler(name: &str, defines: &[&str]) -> PathBuf {
 }
 
 /// Every record of `topic`/`partition` with all its fields (watermark-based: mock clusters).
-pub fn records(bootstrap: &str, topic: &str, partition: i32) -> Vec<mirror_maker::verify::Record> {
-    mirror_maker::verify::read_records(bootstrap, topic, partition, Duration::from_secs(30))
+pub fn records(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+) -> Vec<mirror_maker::tools::compare::OwnedRecord> {
+    mirror_maker::tools::compare::read_records(bootstrap, topic, partition, Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("reading {topic}/{partition} on {bootstrap}: {e}"))
 }
 
@@ -479,7 +483,7 @@ impl MockPair {
         self.target.bootstrap_servers()
     }
 
-    /// Writes sample records `range` (see `mirror_maker::demo::sample`) into the source topic.
+    /// Writes sample records `range` (see `mirror_maker::tools::demo::sample`) into the source topic.
     pub fn write(&self, range: std::ops::Range<u64>) {
         write_samples(&self.src(), self.topic, range, self.partitions, 100)
             .expect("writing samples");
@@ -505,11 +509,15 @@ impl MockPair {
         committed(&self.src(), self.topic, self.partitions)
     }
 
-    pub fn source_records(&self, partition: i32) -> Vec<mirror_maker::verify::Record> {
+    pub fn source_records(&self, partition: i32) -> Vec<mirror_maker::tools::compare::OwnedRecord> {
         records(&self.src(), self.topic, partition)
     }
 
-    pub fn target_records(&self, topic: &str, partition: i32) -> Vec<mirror_maker::verify::Record> {
+    pub fn target_records(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Vec<mirror_maker::tools::compare::OwnedRecord> {
         records(&self.dst(), topic, partition)
     }
 

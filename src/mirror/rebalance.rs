@@ -1,4 +1,4 @@
-//! The source side's rebalance listener and commits.
+//! The source side's rebalance listener.
 //!
 //! Before partitions are released (revoked in a rebalance, or at close) the internal listener
 //! flushes the producer, commits the acknowledged offsets of those partitions synchronously and
@@ -11,17 +11,23 @@ use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::consumer::{BaseConsumer, CommitMode, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 use rdkafka::topic_partition_list::TopicPartitionList;
-use rdkafka::Offset;
 
-use crate::control::Stats;
+use super::clients::{self, Cluster};
+use super::commit::commit;
+use super::delivery::MirrorProducer;
+use super::state::{PartitionLag, Stats, StreamShared};
+use super::topics::TopicCreator;
+use crate::native::member_id;
+use crate::native::queue::Source;
 use crate::plugin::Listener;
-use crate::producer::{MirrorProducer, StreamShared};
 
 pub type MirrorConsumer = BaseConsumer<RebalanceContext>;
+/// The source consumer with our poll of its queue.
+pub type MirrorSource = Source<RebalanceContext>;
 
 pub struct RebalanceContext {
     pub shared: Arc<StreamShared>,
@@ -37,7 +43,7 @@ pub struct RebalanceContext {
     /// The user's rebalance listener, called after the internal one.
     pub listener: Option<Mutex<Listener>>,
     /// `--create.topics`: target topics made before their partitions are fetched.
-    pub topics: Option<Arc<crate::topics::TopicCreator>>,
+    pub topics: Option<Arc<TopicCreator>>,
 }
 
 impl RebalanceContext {
@@ -106,61 +112,9 @@ fn partition_list(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
         .collect()
 }
 
-/// The group member id of `consumer`, as the broker assigned it.
-fn member_id(consumer: &MirrorConsumer) -> String {
-    // SAFETY: the client pointer is valid while `consumer` lives; rd_kafka_memberid returns a
-    // NUL-terminated string that we own and free with rd_kafka_mem_free, or NULL.
-    unsafe {
-        let client = consumer.client().native_ptr();
-        let id = rdkafka::bindings::rd_kafka_memberid(client);
-        if id.is_null() {
-            return String::new();
-        }
-        let owned = std::ffi::CStr::from_ptr(id).to_string_lossy().into_owned();
-        rdkafka::bindings::rd_kafka_mem_free(client, id.cast());
-        owned
-    }
-}
-
-/// Commits the acknowledged offsets of `only` these partitions, or of all tracked ones.
-/// Returns how many partitions were committed.
-pub fn commit(
-    consumer: &MirrorConsumer,
-    shared: &StreamShared,
-    only: Option<&[(String, i32)]>,
-    mode: CommitMode,
-) -> KafkaResult<usize> {
-    let points = {
-        let tracker = shared.tracker();
-        match only {
-            Some(partitions) => tracker.commit_points_of(partitions),
-            None => tracker.commit_points(),
-        }
-    };
-    if points.is_empty() {
-        return Ok(0);
-    }
-    let mut tpl = TopicPartitionList::with_capacity(points.len());
-    for (topic, partition, offset) in &points {
-        tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset))?;
-    }
-    let started = Instant::now();
-    consumer.commit(&tpl, mode)?;
-    if matches!(mode, CommitMode::Sync) {
-        shared
-            .stats
-            .telemetry
-            .commit_seconds
-            .observe(started.elapsed().as_secs_f64());
-    }
-    Stats::add(&shared.stats.commits, 1);
-    tracing::debug!(stream = shared.stream, "committed ({mode:?}) {points:?}");
-    Ok(points.len())
-}
-
 impl ClientContext for RebalanceContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        crate::logging::librdkafka_log("source", level, fac, message);
+        clients::librdkafka_log(Cluster::Source, level, fac, message);
     }
 
     /// Keeps the lag of the assigned partitions: from the position of the next record to
@@ -178,24 +132,28 @@ impl ClientContext for RebalanceContext {
                     p.consumer_lag
                 };
                 if value >= 0 {
-                    lag.push((topic.clone(), *partition, value));
+                    lag.push(PartitionLag {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        records: value,
+                    });
                 }
             }
         }
         *self.shared.lag.lock().unwrap_or_else(|e| e.into_inner()) = lag;
     }
 
+    /// Not called for the source consumer (our poll returns its errors to the stream, which
+    /// applies [`clients::client_error`]); kept for errors raised outside the queue.
     fn error(&self, error: KafkaError, reason: &str) {
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
-            self.shared
-                .control
-                .fail(format!("the source consumer hit a fatal error: {reason}"));
-        } else {
-            tracing::warn!(
-                stream = self.shared.stream,
-                "source cluster: {reason} (retrying)"
-            );
-        }
+        let shared = &self.shared;
+        clients::client_error(
+            &shared.control,
+            Cluster::Source,
+            shared.stream,
+            &error,
+            reason,
+        );
     }
 }
 

@@ -1,12 +1,73 @@
-//! Where records go on the target: topic renaming (`--target.topic`) and the provenance
-//! header that keeps active-active mirrors from sending records back where they came from.
+//! Validated routing values: which source topics are mirrored (`--whitelist`), where their
+//! records go on the target (`--target.topic`), and the provenance header that keeps
+//! active-active mirrors from sending records back where they came from.
 
-use rustc_hash::FxHashMap;
-use std::cell::RefCell;
-use std::ffi::{CStr, CString};
-use std::rc::Rc;
+use rdkafka::metadata::Metadata;
+use regex::Regex;
 
-use crate::source::Header;
+use super::SettingsError;
+use crate::native::record::Header;
+
+/// Which topics to mirror: the whole topic name must match (Java's `String.matches`).
+#[derive(Debug, Clone)]
+pub struct TopicFilter {
+    pattern: String,
+    regex: Regex,
+}
+
+impl TopicFilter {
+    pub fn new(pattern: &str) -> Result<TopicFilter, SettingsError> {
+        let regex = Regex::new(&format!("^(?:{pattern})$")).map_err(|e| SettingsError::Regex {
+            pattern: pattern.to_owned(),
+            message: one_line_regex_error(&e),
+        })?;
+        Ok(TopicFilter {
+            pattern: pattern.to_owned(),
+            regex,
+        })
+    }
+
+    /// Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) are never
+    /// mirrored, as with MirrorMaker's `exclude.internal.topics`.
+    pub fn matches(&self, topic: &str) -> bool {
+        !topic.starts_with("__") && self.regex.is_match(topic)
+    }
+
+    pub fn pattern(&self) -> &str {
+        &self.pattern
+    }
+
+    /// The topics of `metadata` this filter selects, sorted by name, with their partition ids
+    /// (sorted): the one place where the source's topic list meets the whitelist.
+    pub fn select(&self, metadata: &Metadata) -> Vec<(String, Vec<i32>)> {
+        let mut topics: Vec<(String, Vec<i32>)> = metadata
+            .topics()
+            .iter()
+            .filter(|t| t.error().is_none() && self.matches(t.name()))
+            .map(|t| {
+                let mut ids: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+                ids.sort_unstable();
+                (t.name().to_owned(), ids)
+            })
+            .collect();
+        topics.sort();
+        topics
+    }
+}
+
+fn one_line_regex_error(e: &regex::Error) -> String {
+    let text = e.to_string();
+    text.lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with("error:"))
+        .map(|l| {
+            l.trim_start()
+                .trim_start_matches("error:")
+                .trim()
+                .to_owned()
+        })
+        .unwrap_or_else(|| text.lines().last().unwrap_or_default().trim().to_owned())
+}
 
 /// The header every mirrored record carries with `--loop.prevention true`: one per hop, each
 /// naming the cluster the record was copied from.
@@ -17,8 +78,9 @@ fn is_topic_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-'
 }
 
-/// `--target.topic`: the target topic of a record, made from its source topic.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `--target.topic`: the target topic of a record, made from its source topic. The default,
+/// `{topic}`, keeps names unchanged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TopicTemplate {
     prefix: String,
     suffix: String,
@@ -26,8 +88,8 @@ pub struct TopicTemplate {
 
 impl TopicTemplate {
     /// Parses a template with exactly one `{topic}` and otherwise only characters Kafka
-    /// allows in topic names. `None` for `{topic}` itself (names unchanged).
-    pub fn parse(template: &str) -> Result<Option<TopicTemplate>, String> {
+    /// allows in topic names.
+    pub fn parse(template: &str) -> Result<TopicTemplate, String> {
         let bad = |why: &str| {
             format!(
                 "--target.topic {template:?} {why}; write the target name around {{topic}}, e.g. \
@@ -50,76 +112,19 @@ impl TopicTemplate {
                  '.', '_' and '-' only)"
             )));
         }
-        if prefix.is_empty() && suffix.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(TopicTemplate {
+        Ok(TopicTemplate {
             prefix: prefix.to_owned(),
             suffix: suffix.to_owned(),
-        }))
+        })
     }
 
+    /// The target topic of `topic`: the one place where a target name is made.
     pub fn render(&self, topic: &str) -> String {
-        format!("{}{topic}{}", self.prefix, self.suffix)
-    }
-}
-
-/// Target topic names as C strings, made once per source topic (renamed by the template,
-/// if any); a stream keeps one, so producing a record allocates no name.
-#[derive(Debug, Default)]
-pub struct TargetNames {
-    template: Option<TopicTemplate>,
-    /// Looked up for every record, hence the fast hash.
-    cache: RefCell<FxHashMap<String, Rc<CStr>>>,
-    /// The previous record's topic and target: records come in runs from one topic, and
-    /// comparing one name is cheaper than hashing it.
-    last: RefCell<Option<(String, Rc<CStr>)>>,
-}
-
-impl TargetNames {
-    pub fn new(template: Option<TopicTemplate>) -> TargetNames {
-        TargetNames {
-            template,
-            cache: RefCell::default(),
-            last: RefCell::default(),
-        }
-    }
-
-    /// The target topic of records from `topic`; `None` if the name holds a NUL byte (no
-    /// Kafka topic does).
-    pub fn of(&self, topic: &str) -> Option<Rc<CStr>> {
-        if let Some((last, name)) = &*self.last.borrow() {
-            if last == topic {
-                return Some(name.clone());
-            }
-        }
-        let name = self.lookup(topic)?;
-        let mut last = self.last.borrow_mut();
-        match &mut *last {
-            // Reuses the String's buffer: no allocation once it is long enough.
-            Some((t, n)) => {
-                t.clear();
-                t.push_str(topic);
-                *n = name.clone();
-            }
-            None => *last = Some((topic.to_owned(), name.clone())),
-        }
-        Some(name)
-    }
-
-    fn lookup(&self, topic: &str) -> Option<Rc<CStr>> {
-        if let Some(name) = self.cache.borrow().get(topic) {
-            return Some(name.clone());
-        }
-        let rendered = match &self.template {
-            Some(t) => t.render(topic),
-            None => topic.to_owned(),
-        };
-        let name: Rc<CStr> = CString::new(rendered).ok()?.into();
-        self.cache
-            .borrow_mut()
-            .insert(topic.to_owned(), name.clone());
-        Some(name)
+        let mut name = String::with_capacity(self.prefix.len() + topic.len() + self.suffix.len());
+        name.push_str(&self.prefix);
+        name.push_str(topic);
+        name.push_str(&self.suffix);
+        name
     }
 }
 
@@ -171,16 +176,15 @@ mod tests {
 
     #[test]
     fn templates_put_the_source_topic_where_it_says() {
-        let t = TopicTemplate::parse("primary.{topic}").unwrap().unwrap();
+        let t = TopicTemplate::parse("primary.{topic}").unwrap();
         assert_eq!(t.render("orders"), "primary.orders");
-        let t = TopicTemplate::parse("{topic}-copy").unwrap().unwrap();
+        let t = TopicTemplate::parse("{topic}-copy").unwrap();
         assert_eq!(t.render("orders"), "orders-copy");
-        assert_eq!(TopicTemplate::parse("{topic}").unwrap(), None);
-        let names = TargetNames::new(TopicTemplate::parse("dr.{topic}").unwrap());
-        assert_eq!(names.of("a").unwrap().to_str(), Ok("dr.a"));
-        assert!(Rc::ptr_eq(&names.of("a").unwrap(), &names.of("a").unwrap()));
-        assert_eq!(TargetNames::new(None).of("a").unwrap().to_str(), Ok("a"));
-        assert_eq!(TargetNames::new(None).of("a\0b"), None);
+        assert_eq!(
+            TopicTemplate::parse("{topic}").unwrap(),
+            TopicTemplate::default()
+        );
+        assert_eq!(TopicTemplate::default().render("orders"), "orders");
     }
 
     #[test]
@@ -209,5 +213,24 @@ mod tests {
             Provenance::new(Some("eu"), Some("us")).unwrap().target,
             "us"
         );
+    }
+
+    #[test]
+    fn whitelist_matches_the_whole_topic_name() {
+        let f = TopicFilter::new("orders|payments.*").unwrap();
+        assert!(f.matches("orders"));
+        assert!(f.matches("payments.eu"));
+        assert!(!f.matches("orders2"));
+        assert!(!f.matches("old.orders"));
+        assert!(!TopicFilter::new(".*")
+            .unwrap()
+            .matches("__consumer_offsets"));
+    }
+
+    #[test]
+    fn a_bad_regex_is_one_line() {
+        let err = TopicFilter::new("orders(").unwrap_err().to_string();
+        assert!(!err.contains('\n'), "{err}");
+        assert!(err.contains("orders("), "{err}");
     }
 }

@@ -309,18 +309,6 @@ impl OffsetTracker {
         })
     }
 
-    /// Where the source record of `ticket` came from, if its partition is still tracked.
-    pub fn source_of(&self, ticket: Ticket) -> Option<SourceRecord<'_>> {
-        let pos = self.position(ticket)?;
-        let slot = &self.slots[ticket.slot as usize];
-        let entry = &slot.ring[pos];
-        Some(SourceRecord {
-            topic: &slot.topic,
-            partition: slot.partition,
-            offset: entry.offset,
-        })
-    }
-
     /// The commit point of every tracked partition that has one: `(topic, partition, next
     /// offset)`. Every commit sends them all, unchanged ones too, so a commit that failed for
     /// some partitions (librdkafka does not report that for asynchronous commits) is mended by
@@ -392,7 +380,8 @@ impl OffsetTracker {
     }
 
     /// The partitions currently tracked.
-    pub fn partitions(&self) -> Vec<(String, i32)> {
+    #[cfg(test)]
+    fn partitions(&self) -> Vec<(String, i32)> {
         self.slots
             .iter()
             .filter(|s| s.live)

@@ -5,14 +5,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::metadata::Metadata;
-use rdkafka::producer::{BaseProducer, Producer};
 
-use crate::cli::Partitioning;
-use crate::config::ClientProps;
+use crate::mirror::clients::Cluster;
+use crate::mirror::probe::probe;
+use crate::settings::flags::Partitioning;
 use crate::settings::Settings;
-use rdkafka::error::KafkaResult;
 
 /// What `check` found. `problems` empty means a mirror would start and find every target
 /// topic it needs.
@@ -48,28 +46,24 @@ fn partitions_by_topic(metadata: &Metadata) -> BTreeMap<String, usize> {
         .collect()
 }
 
-/// Reports whether `cluster` answered; its topics and partition counts if it did.
-fn reached(
-    report: &mut CheckReport,
-    cluster: &str,
-    props: &ClientProps,
-    metadata: KafkaResult<Metadata>,
-) -> Option<BTreeMap<String, usize>> {
-    let servers = props.get("bootstrap.servers").unwrap_or("?");
-    match metadata {
+/// Reports whether `cluster` answered; its metadata if it did.
+fn reached(report: &mut CheckReport, settings: &Settings, cluster: Cluster) -> Option<Metadata> {
+    match probe(settings, cluster) {
         Ok(m) => {
+            let props = match cluster {
+                Cluster::Source => &settings.consumer,
+                Cluster::Target => &settings.producer,
+            };
             report.lines.push(format!(
-                "{cluster} cluster {servers}: reachable ({} brokers)",
+                "{} cluster {}: reachable ({} brokers)",
+                cluster.name(),
+                props.get("bootstrap.servers").unwrap_or("?"),
                 m.brokers().len()
             ));
-            Some(partitions_by_topic(&m))
+            Some(m)
         }
         Err(e) => {
-            report.problems.push(format!(
-                "cannot reach the {cluster} cluster (bootstrap.servers = {servers} in {}): {}",
-                props.path.display(),
-                props.redact(&e.to_string())
-            ));
+            report.problems.push(e.to_string());
             None
         }
     }
@@ -78,26 +72,14 @@ fn reached(
 /// Runs the checks. An unreachable cluster ends them early with a problem that names it.
 pub fn check(settings: &Settings) -> CheckReport {
     let mut report = CheckReport::default();
-    let source = settings
-        .consumer
-        .connection_config()
-        .create::<BaseConsumer>()
-        .and_then(|c| c.fetch_metadata(None, settings.startup_timeout));
-    let Some(source) = reached(&mut report, "source", &settings.consumer, source) else {
+    let Some(source) = reached(&mut report, settings, Cluster::Source) else {
         return report;
     };
-    let target = settings
-        .producer
-        .connection_config()
-        .create::<BaseProducer>()
-        .and_then(|p| p.client().fetch_metadata(None, settings.startup_timeout));
-    let Some(target) = reached(&mut report, "target", &settings.producer, target) else {
+    let Some(target) = reached(&mut report, settings, Cluster::Target) else {
         return report;
     };
-    let matching: Vec<(&String, &usize)> = source
-        .iter()
-        .filter(|(t, _)| settings.topics.matches(t))
-        .collect();
+    let target = partitions_by_topic(&target);
+    let matching = settings.topics.select(&source);
     if matching.is_empty() {
         report.lines.push(format!(
             "no source topic matches --whitelist {:?} yet; the mirror waits for one",
@@ -105,10 +87,8 @@ pub fn check(settings: &Settings) -> CheckReport {
         ));
     }
     for (topic, partitions) in matching {
-        let target_topic = settings
-            .target_topic
-            .as_ref()
-            .map_or_else(|| topic.clone(), |t| t.render(topic));
+        let partitions = &partitions.len();
+        let target_topic = settings.target_topic.render(&topic);
         let creates = settings.create_topics.is_some();
         let status = match target.get(&target_topic) {
             None if creates => format!("missing, will be created with {partitions} partitions"),

@@ -25,9 +25,10 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use mirror_maker::config::{ClientProps, Role};
-use mirror_maker::control::{Control, Stats};
-use mirror_maker::settings::{Settings, SettingsOptions, TopicFilter};
+use mirror_maker::mirror::state::{Control, Stats};
+use mirror_maker::settings::client::{ClientProps, Role};
+use mirror_maker::settings::routing::TopicFilter;
+use mirror_maker::settings::{Settings, SettingsOptions};
 
 const TOPIC: &str = "bench";
 
@@ -157,7 +158,7 @@ fn main() -> anyhow::Result<()> {
     match cli.internal {
         Some(Internal::HostCluster { partitions }) => host_cluster(partitions),
         Some(Internal::Pass(pass)) => {
-            mirror_maker::logging::init(mirror_maker::cli::LogFormat::Text);
+            mirror_maker::ops::logging::init(mirror_maker::settings::flags::LogFormat::Text);
             let result = run_pass(&pass)?;
             println!("{}", serde_json::to_string(&result)?);
             Ok(())
@@ -266,6 +267,7 @@ fn preload(
 
 /// CPU seconds and peak RSS (KiB) of this process so far. The peak comes from /proc's
 /// VmHWM: getrusage's ru_maxrss keeps the parent's peak across fork and exec.
+#[allow(unsafe_code)] // the benchmark's one FFI call
 fn usage() -> (f64, u64) {
     // SAFETY: getrusage writes into the zeroed struct we own.
     let ru = unsafe {
@@ -410,7 +412,7 @@ fn mirror(
     let result = std::thread::scope(|scope| {
         let handle = {
             let (control, stats, settings) = (control.clone(), stats.clone(), &settings);
-            scope.spawn(move || mirror_maker::pipeline::run(settings, control, stats))
+            scope.spawn(move || mirror_maker::mirror::pipeline::run(settings, control, stats))
         };
         let mut progress = (0, Instant::now());
         let mut stalled = false;
@@ -546,9 +548,11 @@ fn check_target(source: &str, target: &str, records: u64, partitions: i32) -> an
     if total < records {
         bail!("MISSING RECORDS: the target holds {total} of {records}");
     }
-    let s = mirror_maker::verify::read_partition(source, TOPIC, 0, Duration::from_secs(60))?;
-    let t = mirror_maker::verify::read_partition(target, TOPIC, 0, Duration::from_secs(60))?;
-    let c = mirror_maker::verify::compare(&s, &t);
+    let s =
+        mirror_maker::tools::compare::read_partition(source, TOPIC, 0, Duration::from_secs(60))?;
+    let t =
+        mirror_maker::tools::compare::read_partition(target, TOPIC, 0, Duration::from_secs(60))?;
+    let c = mirror_maker::tools::compare::compare(&s, &t);
     if c.lost > 0 || c.changed > 0 {
         bail!("partition 0 differs from the source: {c:?}");
     }

@@ -1,4 +1,5 @@
-//! The command line, as the user types it. [`crate::settings`] turns it into what runs.
+//! The command line, as the user types it (raw flags). [`crate::settings`] turns it into what
+//! runs; defaults come from [`super::defaults`], written once.
 //!
 //! Flag names follow Kafka's MirrorMaker (`--consumer.config`, `--num.streams`, ...) so that
 //! existing users feel at home.
@@ -7,6 +8,8 @@ use std::path::PathBuf;
 
 use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use super::defaults;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -67,8 +70,8 @@ pub struct VerifyArgs {
     pub from_time: Option<i64>,
 
     /// Check up to the source's end, or up to what the mirror committed (a live mirror).
-    #[arg(long = "until", value_enum, default_value_t = crate::verify::Until::End)]
-    pub until: crate::verify::Until,
+    #[arg(long = "until", value_enum, default_value_t = Until::End)]
+    pub until: Until,
 
     /// As the mirror's --partitioning: with preserve, records must sit in the same partition.
     #[arg(long = "partitioning", value_enum, default_value_t = Partitioning::Preserve)]
@@ -109,33 +112,33 @@ pub struct MirrorArgs {
     #[arg(
         long = "num.streams",
         value_name = "N",
-        default_value_t = 1,
+        default_value_t = defaults::NUM_STREAMS,
         value_parser = clap::value_parser!(u32).range(1..=256)
     )]
     pub num_streams: u32,
 
     /// How often acknowledged offsets are committed on the source.
-    #[arg(long = "offset.commit.interval.ms", value_name = "MS", default_value_t = 60_000,
+    #[arg(long = "offset.commit.interval.ms", value_name = "MS", default_value_t = defaults::COMMIT_INTERVAL_MS,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub offset_commit_interval_ms: u64,
 
     /// On a record the target refuses for good: true stops the mirror (exit 1) after
     /// committing what was acknowledged; false logs it, counts it as dropped and goes on.
     #[arg(long = "abort.on.send.failure", visible_alias = "abort.on.send.fail",
-          value_name = "BOOL", default_value = "true", num_args = 0..=1, default_missing_value = "true",
-          value_parser = BoolishValueParser::new())]
+          value_name = "BOOL", default_value_t = defaults::ABORT_ON_SEND_FAILURE, num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub abort_on_send_failure: bool,
 
     /// Refuse client settings that could lose records (acks other than all, auto commit,
     /// delivery timeouts, ...). false uses your settings as given.
-    #[arg(long = "no.data.loss", value_name = "BOOL", default_value = "true", num_args = 0..=1,
+    #[arg(long = "no.data.loss", value_name = "BOOL", default_value_t = defaults::NO_DATA_LOSS, num_args = 0..=1,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub no_data_loss: bool,
 
     /// preserve: each record goes to the same partition number as in the source (the target
     /// topic needs at least as many partitions). hash: Kafka's Java-compatible murmur2 hash of
     /// the key.
-    #[arg(long = "partitioning", value_enum, default_value_t = Partitioning::Preserve)]
+    #[arg(long = "partitioning", value_enum, default_value_t = defaults::PARTITIONING)]
     pub partitioning: Partitioning,
 
     /// On SIGINT/SIGTERM or a fatal error: how long to wait for the target to acknowledge the
@@ -143,12 +146,12 @@ pub struct MirrorArgs {
     #[arg(
         long = "shutdown.timeout.ms",
         value_name = "MS",
-        default_value_t = 30_000
+        default_value_t = defaults::SHUTDOWN_TIMEOUT_MS
     )]
     pub shutdown_timeout_ms: u64,
 
     /// How often the source is asked for topics that newly match the whitelist.
-    #[arg(long = "topic.refresh.interval.ms", value_name = "MS", default_value_t = 30_000,
+    #[arg(long = "topic.refresh.interval.ms", value_name = "MS", default_value_t = defaults::TOPIC_REFRESH_INTERVAL_MS,
           value_parser = clap::value_parser!(u64).range(100..))]
     pub topic_refresh_interval_ms: u64,
 
@@ -200,7 +203,7 @@ pub struct MirrorArgs {
     /// Topic configs copied from the source topic when its target topic is created
     /// (comma-separated; the source topic's effective values, defaults included).
     #[arg(long = "create.topics.configs", value_name = "LIST",
-          default_value = crate::topics::DEFAULT_COPIED_CONFIGS)]
+          default_value = defaults::COPIED_TOPIC_CONFIGS)]
     pub create_topics_configs: String,
 
     /// Active-active: add a provenance header (mirror-source: SOURCE NAME) to every mirrored
@@ -241,9 +244,19 @@ pub struct MirrorArgs {
     #[arg(
         long = "startup.timeout.ms",
         value_name = "MS",
-        default_value_t = 30_000
+        default_value_t = defaults::STARTUP_TIMEOUT_MS
     )]
     pub startup_timeout_ms: u64,
+}
+
+/// `verify --until`: where each source partition's checked range ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Until {
+    /// The source's high watermark when the check starts.
+    End,
+    /// The mirror group's committed offset (what the mirror says is done).
+    Committed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

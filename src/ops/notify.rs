@@ -8,8 +8,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::control::{Control, Stats};
-use crate::metrics::{readiness, Snapshot};
+use super::health::readiness;
+use super::metrics::Snapshot;
+use crate::mirror::state::{Control, Stats};
 
 /// How often STATUS= reports lag and records in flight while ready.
 const STATUS_INTERVAL: Duration = Duration::from_secs(10);
@@ -117,17 +118,8 @@ pub fn start(stats: Arc<Stats>, control: Arc<Control>, streams: usize) {
 /// Whether every stream's loop turned within `interval`: a stream stuck in a call that does
 /// not return stops the watchdog, and systemd restarts the service.
 fn streams_alive(stats: &Stats, interval: Duration) -> bool {
-    let now = stats.telemetry.started.elapsed().as_millis() as u64;
-    stats
-        .telemetry
-        .streams_turned()
-        .iter()
-        .all(|&turned| now.saturating_sub(turned) <= interval.as_millis() as u64)
-}
-
-/// Records that a stream's loop turned at `now` (kept as milliseconds since the process
-/// started).
-pub fn turned(stats: &Stats, last_turn: &std::sync::atomic::AtomicU64, now: Instant) {
-    let ms = now.duration_since(stats.telemetry.started).as_millis() as u64;
-    last_turn.store(ms, Ordering::Relaxed);
+    let now = stats.recorded.millis_since_start(Instant::now());
+    stats.streams.live().iter().all(|s| {
+        now.saturating_sub(s.last_turn.load(Ordering::Relaxed)) <= interval.as_millis() as u64
+    })
 }

@@ -10,21 +10,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer};
-use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::Producer;
 
-use crate::cli::Partitioning;
-use crate::control::{Control, ShutdownGate, Stats};
-use crate::offsets::OffsetTracker;
-use crate::plugin::{Handler, PluginError};
-use crate::producer::{
-    produce, DeliveryContext, MirrorProducer, Outgoing, RawHeaders, StreamShared,
-};
-use crate::rebalance::{commit, MirrorConsumer, RebalanceContext};
+use super::clients::{self, Cluster};
+use super::commit::{commit, final_commit};
+use super::delivery::{DeliveryContext, MirrorProducer};
+use super::offsets::Ticket;
+use super::probe::matching_topics;
+use super::rebalance::{MirrorConsumer, MirrorSource, RebalanceContext};
+use super::state::{Control, ShutdownGate, Stats, StreamShared};
+use super::target::TargetNames;
+use super::topics::TopicCreator;
+use crate::native::produce::{produce, Outgoing, RawHeaders};
+use crate::native::queue::{Polled, Source};
+use crate::native::record::Record;
+use crate::plugin::{Emitted, Handler, PluginError};
+use crate::settings::flags::Partitioning;
+use crate::settings::routing::PROVENANCE_HEADER;
 use crate::settings::Settings;
-use crate::source::{Polled, Record, Source};
-use crate::target::{TargetNames, PROVENANCE_HEADER};
-use crate::topics::TopicCreator;
 
 /// How long one consumer poll may block when nothing arrives.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -47,8 +51,6 @@ pub enum StreamError {
     },
     #[error("stream {stream}: {source}")]
     Plugin { stream: usize, source: PluginError },
-    #[error("stream {stream} panicked; see the log above")]
-    Panicked { stream: usize },
     #[error("stream {stream}: final commit failed: {source}; the records after the last committed offsets will be mirrored again on restart (duplicates, no loss)")]
     FinalCommit { stream: usize, source: KafkaError },
 }
@@ -61,12 +63,12 @@ pub struct StreamReport {
 }
 
 pub struct Stream<'s> {
-    id: usize,
+    stream: usize,
     settings: &'s Settings,
     shared: Arc<StreamShared>,
     producer: Arc<MirrorProducer>,
     /// The source consumer and our poll of its queue.
-    source: Source,
+    source: MirrorSource,
     subscribed: Vec<String>,
     paused: bool,
     /// Only this stream's thread calls it; a `RefCell` because records borrow the consumer.
@@ -80,25 +82,15 @@ pub struct Stream<'s> {
 
 impl<'s> Stream<'s> {
     pub fn new(
-        id: usize,
+        stream: usize,
         settings: &'s Settings,
         control: Arc<Control>,
         stats: Arc<Stats>,
         gate: Arc<ShutdownGate>,
         topics: Option<Arc<TopicCreator>>,
     ) -> Result<Stream<'s>, StreamError> {
-        let shared = Arc::new(StreamShared {
-            stream: id,
-            tracker: std::sync::Mutex::new(OffsetTracker::new()),
-            control,
-            stats,
-            abort_on_send_failure: settings.abort_on_send_failure,
-            assigned: false.into(),
-            target_up: true.into(),
-            lag: Default::default(),
-            last_turn: Default::default(),
-        });
-        shared.stats.telemetry.register(&shared);
+        let id = stream;
+        let shared = StreamShared::new(stream, control, stats, settings.abort_on_send_failure);
         let producer: MirrorProducer = settings
             .producer
             .client_config()
@@ -147,7 +139,7 @@ impl<'s> Stream<'s> {
             source: KafkaError::ClientCreation("no consumer queue".to_owned()),
         })?;
         Ok(Stream {
-            id,
+            stream,
             settings,
             shared,
             producer,
@@ -175,10 +167,16 @@ impl<'s> Stream<'s> {
             match self.source.poll(POLL_INTERVAL) {
                 Polled::Nothing => {}
                 Polled::Record(record) => self.mirror(&record),
-                Polled::Error(e) => self.consumer_error(e),
+                Polled::Error { error, reason } => clients::client_error(
+                    &self.shared.control,
+                    Cluster::Source,
+                    self.stream,
+                    &error,
+                    &reason,
+                ),
             }
             let now = Instant::now();
-            crate::notify::turned(&self.shared.stats, &self.shared.last_turn, now);
+            self.shared.turned(now);
             if now >= next_commit {
                 if let Err(e) = commit(
                     self.source.consumer(),
@@ -187,7 +185,7 @@ impl<'s> Stream<'s> {
                     CommitMode::Async,
                 ) {
                     tracing::warn!(
-                        stream = self.id,
+                        stream = self.stream,
                         "offset commit failed: {e}; retrying at the next commit"
                     );
                 }
@@ -207,7 +205,7 @@ impl<'s> Stream<'s> {
         }
         if topics.is_empty() {
             tracing::warn!(
-                stream = self.id,
+                stream = self.stream,
                 "no topic on the source matches --whitelist {:?}; checking again every {:?}",
                 self.settings.topics.pattern(),
                 self.settings.topic_refresh_interval
@@ -219,12 +217,12 @@ impl<'s> Stream<'s> {
                 .consumer()
                 .subscribe(&names)
                 .map_err(|source| StreamError::Subscribe {
-                    stream: self.id,
+                    stream: self.stream,
                     topics: topics.clone(),
                     source,
                 })?;
             tracing::info!(
-                stream = self.id,
+                stream = self.stream,
                 "subscribed to {} topics: {}",
                 topics.len(),
                 topics.join(" ")
@@ -235,14 +233,18 @@ impl<'s> Stream<'s> {
     }
 
     fn refresh_topics(&mut self) {
-        match matching_topics(self.source.consumer(), self.settings, METADATA_TIMEOUT) {
+        match matching_topics(
+            self.source.consumer(),
+            &self.settings.topics,
+            METADATA_TIMEOUT,
+        ) {
             Ok(topics) => {
                 if let Err(e) = self.subscribe(topics) {
                     tracing::warn!("{e}");
                 }
             }
             Err(e) => tracing::warn!(
-                stream = self.id,
+                stream = self.stream,
                 "cannot list the source's topics: {e}; keeping the current subscription"
             ),
         }
@@ -269,7 +271,7 @@ impl<'s> Stream<'s> {
     /// assigned partitions and go back to polling the consumer; resume once half drained.
     fn make_room(&mut self) {
         let changed = self
-            .shared_context()
+            .rebalance_context()
             .assignment_changed
             .swap(false, Ordering::SeqCst);
         if self.paused {
@@ -299,7 +301,7 @@ impl<'s> Stream<'s> {
             }
             if started.elapsed() >= self.stall_limit {
                 tracing::info!(
-                    stream = self.id,
+                    stream = self.stream,
                     "the target has not acknowledged {records} records ({bytes} bytes) for {:?}; \
                      pausing consumption until it catches up",
                     self.stall_limit
@@ -307,7 +309,7 @@ impl<'s> Stream<'s> {
                 self.set_paused(true, records, bytes);
                 return;
             }
-            crate::notify::turned(&self.shared.stats, &self.shared.last_turn, Instant::now());
+            self.shared.turned(Instant::now());
             self.producer.poll(Duration::from_millis(5));
         }
     }
@@ -316,7 +318,7 @@ impl<'s> Stream<'s> {
         let assignment = match self.source.consumer().assignment() {
             Ok(a) => a,
             Err(e) => {
-                tracing::warn!(stream = self.id, "cannot read the assignment: {e}");
+                tracing::warn!(stream = self.stream, "cannot read the assignment: {e}");
                 return;
             }
         };
@@ -329,7 +331,7 @@ impl<'s> Stream<'s> {
             Ok(()) => {
                 if pause != self.paused {
                     tracing::debug!(
-                        stream = self.id,
+                        stream = self.stream,
                         records,
                         bytes,
                         "{} consumption",
@@ -338,119 +340,131 @@ impl<'s> Stream<'s> {
                 }
                 self.paused = pause;
             }
-            Err(e) => tracing::warn!(stream = self.id, "cannot pause or resume consumption: {e}"),
+            Err(e) => tracing::warn!(
+                stream = self.stream,
+                "cannot pause or resume consumption: {e}"
+            ),
         }
     }
 
-    fn shared_context(&self) -> &RebalanceContext {
+    fn rebalance_context(&self) -> &RebalanceContext {
         self.source.consumer().context()
     }
 
-    /// Produces one consumed record as it is: key, value, headers, timestamp, and (with
-    /// `--partitioning preserve`) the partition number.
-    fn mirror(&self, message: &Record<'_>) {
+    /// Mirrors one consumed record: routes it (as it is, through the handler, or not at all),
+    /// registers it with the tracker once with the number of target records it became, and
+    /// sends those.
+    fn mirror(&self, record: &Record<'_>) {
         let stats = &self.shared.stats;
-        let bytes = message.payload_len() + message.key().map_or(0, <[u8]>::len);
+        let bytes = record.size();
         Stats::add(&stats.consumed, 1);
         Stats::add(&stats.consumed_bytes, bytes as u64);
-        if let Some(p) = &self.settings.provenance {
-            if p.came_from_target(message.headers()) {
-                // Not mirrored back where it came from; acknowledged at once.
-                Stats::add(&stats.looped, 1);
-                self.shared.tracker().begin(
-                    message.topic(),
-                    message.partition(),
-                    message.offset(),
-                    bytes,
-                    0,
-                );
-                return;
+        let mut handler = self.handler.borrow_mut();
+        let Some(route) = self.route(record, handler.as_mut()) else {
+            // A handler error is fatal; the failing record is not registered, so the commit
+            // point stays before it.
+            return;
+        };
+        let outputs = match &route {
+            Route::Skip => 0,
+            Route::AsItIs => 1,
+            Route::Handled(outputs) => outputs.len(),
+        };
+        let ticket = self.shared.tracker().begin(
+            record.topic(),
+            record.partition(),
+            record.offset(),
+            bytes,
+            u32::try_from(outputs).unwrap_or(u32::MAX),
+        );
+        match route {
+            // Acknowledged at once: the commit point may pass it.
+            Route::Skip => {}
+            Route::AsItIs => self.send(
+                record.topic(),
+                Outgoing {
+                    partition: self.same_partition(record),
+                    key: record.key(),
+                    value: record.payload(),
+                    timestamp: record.timestamp(),
+                    headers: self.stamped(record.copy_headers()),
+                    opaque: ticket.to_opaque(),
+                },
+            ),
+            Route::Handled(outputs) => {
+                for out in outputs {
+                    let mut headers = RawHeaders::none();
+                    for (key, value) in &out.headers {
+                        headers.add(key, value.as_deref());
+                    }
+                    self.send(
+                        &out.topic,
+                        Outgoing {
+                            partition: out.partition.or(self.same_partition(record)),
+                            key: out.key.as_deref(),
+                            value: out.value.as_deref(),
+                            timestamp: out.timestamp,
+                            headers: self.stamped(headers),
+                            opaque: ticket.to_opaque(),
+                        },
+                    );
+                }
             }
         }
-        if let Some(handler) = self.handler.borrow_mut().as_mut() {
-            self.mirror_handled(handler, message, bytes);
-            return;
+    }
+
+    /// Where a record goes: nowhere (it came from the target, or the handler filtered it
+    /// out), as it is, or as the handler made it. `None` if the handler failed (fatal).
+    fn route<'h>(
+        &self,
+        record: &Record<'_>,
+        handler: Option<&'h mut Handler>,
+    ) -> Option<Route<'h>> {
+        let stats = &self.shared.stats;
+        if let Some(p) = &self.settings.provenance {
+            if p.came_from_target(record.headers()) {
+                Stats::add(&stats.looped, 1);
+                return Some(Route::Skip);
+            }
         }
-        let ticket = self.shared.tracker().begin(
-            message.topic(),
-            message.partition(),
-            message.offset(),
-            bytes,
-            1,
-        );
-        let mut headers = RawHeaders::copy_of(message);
+        let Some(handler) = handler else {
+            return Some(Route::AsItIs);
+        };
+        match handler.handle(record) {
+            Ok([]) => {
+                Stats::add(&stats.filtered, 1);
+                Some(Route::Skip)
+            }
+            Ok(outputs) => Some(Route::Handled(outputs)),
+            Err(e) => {
+                let path = self.settings.handler.as_ref().map(|h| h.path().display());
+                self.shared.control.fail(format!(
+                    "the message handler {} failed on {}/{} offset {}: {e}",
+                    path.map_or_else(String::new, |p| p.to_string()),
+                    record.topic(),
+                    record.partition(),
+                    record.offset()
+                ));
+                None
+            }
+        }
+    }
+
+    /// The headers of an outgoing record, with the provenance header under
+    /// `--loop.prevention true`.
+    fn stamped(&self, mut headers: RawHeaders) -> RawHeaders {
         if let Some(p) = &self.settings.provenance {
             headers.add(PROVENANCE_HEADER, Some(p.source.as_bytes()));
         }
-        let timestamp = message.timestamp();
-        self.send(
-            message.topic(),
-            Outgoing {
-                partition: self.same_partition(message),
-                key: message.key(),
-                value: message.payload(),
-                timestamp,
-                headers,
-                ticket,
-            },
-        );
+        headers
     }
 
-    /// The target partition `--partitioning` gives a record of `message`: the same number
-    /// (preserve), or none for the producer's partitioner to choose (hash).
-    fn same_partition(&self, message: &Record<'_>) -> Option<i32> {
+    /// The target partition `--partitioning` gives a record: the same number (preserve), or
+    /// none for the producer's partitioner to choose (hash).
+    fn same_partition(&self, record: &Record<'_>) -> Option<i32> {
         match self.settings.partitioning {
-            Partitioning::Preserve => Some(message.partition()),
+            Partitioning::Preserve => Some(record.partition()),
             Partitioning::Hash => None,
-        }
-    }
-
-    /// With a message handler: the source record counts as acknowledged once every record
-    /// the handler made from it is (at once if it made none). A handler error is fatal; the
-    /// failing record is not registered, so the commit point stays before it.
-    fn mirror_handled(&self, handler: &mut Handler, message: &Record<'_>, bytes: usize) {
-        let outputs = match handler.handle(message) {
-            Ok(outputs) => outputs,
-            Err(e) => {
-                self.shared.control.fail(format!(
-                    "the message handler {} failed on {}/{} offset {}: {e}",
-                    handler.path().display(),
-                    message.topic(),
-                    message.partition(),
-                    message.offset()
-                ));
-                return;
-            }
-        };
-        if outputs.is_empty() {
-            Stats::add(&self.shared.stats.filtered, 1);
-        }
-        let ticket = self.shared.tracker().begin(
-            message.topic(),
-            message.partition(),
-            message.offset(),
-            bytes,
-            u32::try_from(outputs.len()).unwrap_or(u32::MAX),
-        );
-        for out in outputs {
-            let mut headers = RawHeaders::none();
-            for (key, value) in &out.headers {
-                headers.add(key, value.as_deref());
-            }
-            if let Some(p) = &self.settings.provenance {
-                headers.add(PROVENANCE_HEADER, Some(p.source.as_bytes()));
-            }
-            self.send(
-                &out.topic,
-                Outgoing {
-                    partition: out.partition.or(self.same_partition(message)),
-                    key: out.key.as_deref(),
-                    value: out.value.as_deref(),
-                    timestamp: out.timestamp,
-                    headers,
-                    ticket,
-                },
-            );
         }
     }
 
@@ -458,10 +472,11 @@ impl<'s> Stream<'s> {
     /// consumption pauses before it fills) is waited out while serving delivery reports; any
     /// other refusal is a send failure.
     fn send(&self, topic: &str, mut out: Outgoing<'_>) {
+        let ticket = Ticket::from_opaque(out.opaque);
         let Some(target) = self.targets.of(topic) else {
             let error = KafkaError::MessageProduction(RDKafkaErrorCode::InvalidTopic);
             self.shared
-                .send_failed(out.ticket, topic, out.partition, &error);
+                .send_failed(ticket, topic, out.partition, &error);
             return;
         };
         let mut waited = false;
@@ -473,7 +488,7 @@ impl<'s> Stream<'s> {
                 }
                 Err(RDKafkaErrorCode::QueueFull) => {
                     if !waited {
-                        tracing::debug!(stream = self.id, "producer queue full; waiting");
+                        tracing::debug!(stream = self.stream, "producer queue full; waiting");
                         waited = true;
                     }
                     self.producer.poll(Duration::from_millis(10));
@@ -485,7 +500,7 @@ impl<'s> Stream<'s> {
                 Err(code) => {
                     let name = target.to_str().unwrap_or(topic);
                     self.shared.send_failed(
-                        out.ticket,
+                        ticket,
                         name,
                         out.partition,
                         &KafkaError::MessageProduction(code),
@@ -496,35 +511,6 @@ impl<'s> Stream<'s> {
         }
     }
 
-    /// Errors the consumer returns from `poll` (rust-rdkafka does not route them to the
-    /// context's `error`).
-    fn consumer_error(&self, error: KafkaError) {
-        match (&error, error.rdkafka_error_code()) {
-            (KafkaError::MessageConsumptionFatal(_), _) | (_, Some(RDKafkaErrorCode::Fatal)) => {
-                self.shared.control.fail(format!(
-                    "stream {}: the source consumer failed: {error}",
-                    self.id
-                ))
-            }
-            (_, Some(RDKafkaErrorCode::AutoOffsetReset)) => tracing::error!(
-                stream = self.id,
-                "{error}: the committed offset is no longer on the source (deleted by retention \
-                 before it was mirrored); continuing from auto.offset.reset"
-            ),
-            (_, Some(code @ RDKafkaErrorCode::AllBrokersDown)) => crate::logging::client_error(
-                &self.shared.control,
-                "source",
-                KafkaError::Global(code),
-                &error.to_string(),
-            ),
-            (_, Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::Resolve)) => {
-                // librdkafka logs these itself, once per broker.
-                tracing::debug!(stream = self.id, "source consumer: {error}")
-            }
-            _ => tracing::warn!(stream = self.id, "source consumer: {error}"),
-        }
-    }
-
     /// Stop consuming, wait (bounded) for the records in flight, commit what was
     /// acknowledged, leave the group.
     fn shutdown(self) -> Result<StreamReport, StreamError> {
@@ -532,17 +518,19 @@ impl<'s> Stream<'s> {
         let timeout = self.settings.shutdown_timeout;
         if let Err(e) = self.producer.flush(timeout) {
             tracing::warn!(
-                stream = self.id,
+                stream = self.stream,
                 "shutdown flush did not finish within {timeout:?} ({e}); committing only what \
                  the target acknowledged"
             );
         }
         let unacknowledged = self.shared.tracker().in_flight();
-        let committed = self.final_commit();
+        let committed = final_commit(&self.source, &self.shared);
         self.gate.arrive();
         self.gate.wait(timeout);
-        self.shared_context().closing.store(true, Ordering::SeqCst);
-        let id = self.id;
+        self.rebalance_context()
+            .closing
+            .store(true, Ordering::SeqCst);
+        let id = self.stream;
         drop(self.source);
         let n = committed.map_err(|source| StreamError::FinalCommit { stream: id, source })?;
         tracing::info!(
@@ -552,50 +540,6 @@ impl<'s> Stream<'s> {
         );
         Ok(StreamReport { unacknowledged })
     }
-}
-
-impl Stream<'_> {
-    /// The shutdown commit, retried while the group is rebalancing (another instance joining
-    /// or leaving): the broker refuses commits until the rebalance completes.
-    fn final_commit(&self) -> KafkaResult<usize> {
-        let deadline = Instant::now() + FINAL_COMMIT_RETRY;
-        loop {
-            match commit(self.source.consumer(), &self.shared, None, CommitMode::Sync) {
-                Err(e) if is_retriable_commit_error(&e) && Instant::now() < deadline => {
-                    tracing::info!(stream = self.id, "final commit: {e}; retrying");
-                    // Serve the rebalance (its revocation commits and releases partitions).
-                    if let Polled::Record(m) = self.source.poll(Duration::from_millis(200)) {
-                        tracing::debug!(
-                            stream = self.id,
-                            "not mirrored at shutdown: {}/{} offset {}",
-                            m.topic(),
-                            m.partition(),
-                            m.offset()
-                        );
-                    }
-                }
-                other => return other,
-            }
-        }
-    }
-}
-
-/// How long the final commit is retried while the group rebalances.
-const FINAL_COMMIT_RETRY: Duration = Duration::from_secs(10);
-
-fn is_retriable_commit_error(e: &KafkaError) -> bool {
-    matches!(
-        e.rdkafka_error_code(),
-        Some(
-            RDKafkaErrorCode::RebalanceInProgress
-                | RDKafkaErrorCode::IllegalGeneration
-                | RDKafkaErrorCode::UnknownMemberId
-                | RDKafkaErrorCode::CoordinatorLoadInProgress
-                | RDKafkaErrorCode::CoordinatorNotAvailable
-                | RDKafkaErrorCode::NotCoordinator
-                | RDKafkaErrorCode::RequestTimedOut
-        )
-    )
 }
 
 /// A third of the consumer's `max.poll.interval.ms` (librdkafka's default: 300 s): a stream
@@ -609,19 +553,12 @@ fn stall_limit(settings: &Settings) -> Duration {
     Duration::from_millis(max_poll / 3)
 }
 
-/// The source's topics that match the whitelist, sorted.
-pub fn matching_topics<C: Consumer<X>, X: rdkafka::consumer::ConsumerContext>(
-    consumer: &C,
-    settings: &Settings,
-    timeout: Duration,
-) -> KafkaResult<Vec<String>> {
-    let metadata = consumer.fetch_metadata(None, timeout)?;
-    let mut topics: Vec<String> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.error().is_none() && settings.topics.matches(t.name()))
-        .map(|t| t.name().to_owned())
-        .collect();
-    topics.sort();
-    Ok(topics)
+/// What becomes of one consumed record.
+enum Route<'h> {
+    /// Not mirrored; acknowledged at once.
+    Skip,
+    /// Mirrored as it is.
+    AsItIs,
+    /// What the message handler made of it (at least one record).
+    Handled(&'h [Emitted]),
 }

@@ -1,15 +1,36 @@
-//! Validated settings: the command line and both config files, with the no-data-loss rules
-//! applied. Everything a user can get wrong is found here, before any broker is contacted.
+//! Validated settings: the command line ([`flags`], as typed) and both config files
+//! ([`client`]), with the no-data-loss rules applied, and the routing values ([`routing`]).
+//! Everything a user can get wrong is found here, before any broker is contacted.
 
+pub mod client;
+pub mod flags;
+pub mod routing;
+
+use std::sync::Arc;
 use std::time::Duration;
 
-use regex::Regex;
-
-use crate::cli::{MirrorArgs, Partitioning};
-use crate::config::{ClientProps, ConfigError, Role};
 use crate::plugin::{HandlerPlugin, ListenerPlugin, PluginError};
-use crate::target::{Provenance, TopicTemplate};
-use std::sync::Arc;
+use client::{ClientProps, ConfigError, Role};
+use flags::{MirrorArgs, Partitioning};
+use routing::{Provenance, TopicFilter, TopicTemplate};
+
+/// Every default of a flag that [`SettingsOptions`] also has, written once.
+pub mod defaults {
+    use super::flags::Partitioning;
+
+    pub const NUM_STREAMS: u32 = 1;
+    pub const COMMIT_INTERVAL_MS: u64 = 60_000;
+    pub const ABORT_ON_SEND_FAILURE: bool = true;
+    pub const NO_DATA_LOSS: bool = true;
+    pub const PARTITIONING: Partitioning = Partitioning::Preserve;
+    pub const SHUTDOWN_TIMEOUT_MS: u64 = 30_000;
+    pub const TOPIC_REFRESH_INTERVAL_MS: u64 = 30_000;
+    pub const STARTUP_TIMEOUT_MS: u64 = 30_000;
+    /// Topic configs copied from a source topic onto the target topic made for it.
+    pub const COPIED_TOPIC_CONFIGS: &str = "cleanup.policy,retention.ms,retention.bytes,\
+        delete.retention.ms,min.compaction.lag.ms,max.compaction.lag.ms,min.cleanable.dirty.ratio,\
+        max.message.bytes,message.timestamp.type";
+}
 
 /// A usage or configuration error: the process exits 2.
 #[derive(Debug, thiserror::Error)]
@@ -22,50 +43,6 @@ pub enum SettingsError {
     Plugin(#[from] PluginError),
     #[error("{0}")]
     Usage(String),
-}
-
-/// Which topics to mirror: the whole topic name must match (Java's `String.matches`).
-#[derive(Debug, Clone)]
-pub struct TopicFilter {
-    pattern: String,
-    regex: Regex,
-}
-
-impl TopicFilter {
-    pub fn new(pattern: &str) -> Result<TopicFilter, SettingsError> {
-        let regex = Regex::new(&format!("^(?:{pattern})$")).map_err(|e| SettingsError::Regex {
-            pattern: pattern.to_owned(),
-            message: one_line_regex_error(&e),
-        })?;
-        Ok(TopicFilter {
-            pattern: pattern.to_owned(),
-            regex,
-        })
-    }
-
-    /// Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) are never
-    /// mirrored, as with MirrorMaker's `exclude.internal.topics`.
-    pub fn matches(&self, topic: &str) -> bool {
-        !topic.starts_with("__") && self.regex.is_match(topic)
-    }
-
-    pub fn pattern(&self) -> &str {
-        &self.pattern
-    }
-}
-
-fn one_line_regex_error(e: &regex::Error) -> String {
-    let text = e.to_string();
-    text.lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with("error:"))
-        .map(|l| {
-            l.trim_start()
-                .trim_start_matches("error:")
-                .trim()
-                .to_owned()
-        })
-        .unwrap_or_else(|| text.lines().last().unwrap_or_default().trim().to_owned())
 }
 
 #[derive(Debug, Clone)]
@@ -87,8 +64,8 @@ pub struct Settings {
     pub max_in_flight_bytes: usize,
     pub handler: Option<Arc<HandlerPlugin>>,
     pub listener: Option<Arc<ListenerPlugin>>,
-    /// `--target.topic`, when it renames.
-    pub target_topic: Option<TopicTemplate>,
+    /// `--target.topic` (`{topic}`: names unchanged).
+    pub target_topic: TopicTemplate,
     /// `--loop.prevention true`.
     pub provenance: Option<Provenance>,
     /// `--create.topics`: the topic configs to copy, or `None` not to create topics.
@@ -227,7 +204,7 @@ impl Settings {
             max_in_flight_bytes: (queue_kbytes * 1024 / 2).max(1),
             handler: None,
             listener: None,
-            target_topic: None,
+            target_topic: TopicTemplate::default(),
             provenance: None,
             create_topics: None,
         })
@@ -248,16 +225,17 @@ pub struct SettingsOptions {
 }
 
 impl Default for SettingsOptions {
+    /// The command line's defaults.
     fn default() -> Self {
         SettingsOptions {
-            num_streams: 1,
-            commit_interval: Duration::from_secs(60),
-            abort_on_send_failure: true,
-            no_data_loss: true,
-            partitioning: Partitioning::Preserve,
-            shutdown_timeout: Duration::from_secs(30),
-            topic_refresh_interval: Duration::from_secs(30),
-            startup_timeout: Duration::from_secs(30),
+            num_streams: defaults::NUM_STREAMS as usize,
+            commit_interval: Duration::from_millis(defaults::COMMIT_INTERVAL_MS),
+            abort_on_send_failure: defaults::ABORT_ON_SEND_FAILURE,
+            no_data_loss: defaults::NO_DATA_LOSS,
+            partitioning: defaults::PARTITIONING,
+            shutdown_timeout: Duration::from_millis(defaults::SHUTDOWN_TIMEOUT_MS),
+            topic_refresh_interval: Duration::from_millis(defaults::TOPIC_REFRESH_INTERVAL_MS),
+            startup_timeout: Duration::from_millis(defaults::STARTUP_TIMEOUT_MS),
         }
     }
 }
@@ -271,29 +249,5 @@ fn parse_or(props: &ClientProps, key: &str, default: usize) -> Result<usize, Set
                 props.path.display()
             ))
         }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn whitelist_matches_the_whole_topic_name() {
-        let f = TopicFilter::new("orders|payments.*").unwrap();
-        assert!(f.matches("orders"));
-        assert!(f.matches("payments.eu"));
-        assert!(!f.matches("orders2"));
-        assert!(!f.matches("old.orders"));
-        assert!(!TopicFilter::new(".*")
-            .unwrap()
-            .matches("__consumer_offsets"));
-    }
-
-    #[test]
-    fn a_bad_regex_is_one_line() {
-        let err = TopicFilter::new("orders(").unwrap_err().to_string();
-        assert!(!err.contains('\n'), "{err}");
-        assert!(err.contains("orders("), "{err}");
     }
 }

@@ -15,12 +15,13 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
-use crate::cli::DemoArgs;
-use crate::config::{ClientProps, Role};
-use crate::control::{Control, Stats};
-use crate::pipeline;
-use crate::settings::{Settings, SettingsOptions, TopicFilter};
-use crate::verify::{compare, read_partition, Comparison};
+use super::compare::{compare, read_partition, Comparison};
+use crate::mirror::pipeline;
+use crate::mirror::state::{Control, Stats};
+use crate::settings::client::{ClientProps, Role};
+use crate::settings::flags::DemoArgs;
+use crate::settings::routing::TopicFilter;
+use crate::settings::{Settings, SettingsOptions};
 
 const TOPIC: &str = "demo.orders";
 const GROUP: &str = "mirror-maker-demo";

@@ -17,13 +17,8 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::metadata::Metadata;
 
-use crate::config::ClientProps;
-use crate::target::TopicTemplate;
-
-/// Topic configs copied from source to target unless `--create.topics.configs` says otherwise.
-pub const DEFAULT_COPIED_CONFIGS: &str = "cleanup.policy,retention.ms,retention.bytes,\
-delete.retention.ms,min.compaction.lag.ms,max.compaction.lag.ms,min.cleanable.dirty.ratio,\
-max.message.bytes,message.timestamp.type";
+use crate::settings::client::ClientProps;
+use crate::settings::routing::TopicTemplate;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TopicError {
@@ -54,7 +49,7 @@ pub enum TopicError {
 pub struct TopicCreator {
     source: AdminClient<DefaultClientContext>,
     target: AdminClient<DefaultClientContext>,
-    template: Option<TopicTemplate>,
+    template: TopicTemplate,
     copied: Vec<String>,
     /// Partitions each target topic is known to have (after creating or growing it).
     known: Mutex<HashMap<String, usize>>,
@@ -85,7 +80,7 @@ impl TopicCreator {
     pub fn new(
         consumer: &ClientProps,
         producer: &ClientProps,
-        template: Option<TopicTemplate>,
+        template: TopicTemplate,
         copied: &str,
         preserve: bool,
         timeout: Duration,
@@ -122,12 +117,6 @@ impl TopicCreator {
             .operation_timeout(Some(self.timeout))
     }
 
-    fn target_name(&self, topic: &str) -> String {
-        self.template
-            .as_ref()
-            .map_or_else(|| topic.to_owned(), |t| t.render(topic))
-    }
-
     fn metadata(&self, cluster: &'static str, topic: &str) -> Result<Metadata, TopicError> {
         let client = if cluster == "source" {
             self.source.inner()
@@ -146,7 +135,7 @@ impl TopicCreator {
     /// Makes sure the target topic of `source_topic` exists and has at least as many
     /// partitions as the source. Returns the target topic's name.
     pub fn ensure(&self, source_topic: &str) -> Result<String, TopicError> {
-        let target_topic = self.target_name(source_topic);
+        let target_topic = self.template.render(source_topic);
         let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
         let source = self.metadata("source", source_topic)?;
         let Some((want, source_replication)) = partitions_of(&source, source_topic) else {

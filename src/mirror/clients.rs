@@ -1,0 +1,75 @@
+//! One policy for what librdkafka reports about a whole client, for both clusters: its log
+//! lines, and the errors it raises outside any one record (from the source consumer's poll,
+//! or the target producer's error callback). Fatal errors stop the mirror; the others are
+//! retried by librdkafka, which logs most of them itself, so only a cluster going away is
+//! worth a line of ours.
+
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+use super::state::Control;
+
+/// Which side a client is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cluster {
+    Source,
+    Target,
+}
+
+impl Cluster {
+    pub fn name(self) -> &'static str {
+        match self {
+            Cluster::Source => "source",
+            Cluster::Target => "target",
+        }
+    }
+}
+
+/// librdkafka's own log lines, tagged with the cluster they concern.
+pub fn librdkafka_log(cluster: Cluster, level: RDKafkaLogLevel, facility: &str, message: &str) {
+    let cluster = cluster.name();
+    match level {
+        RDKafkaLogLevel::Emerg
+        | RDKafkaLogLevel::Alert
+        | RDKafkaLogLevel::Critical
+        | RDKafkaLogLevel::Error => tracing::error!(cluster, facility, "librdkafka: {message}"),
+        RDKafkaLogLevel::Warning => tracing::warn!(cluster, facility, "librdkafka: {message}"),
+        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+            tracing::info!(cluster, facility, "librdkafka: {message}")
+        }
+        RDKafkaLogLevel::Debug => tracing::debug!(cluster, facility, "librdkafka: {message}"),
+    }
+}
+
+/// An error a client of `cluster` reports outside any one record, on `stream`'s clients;
+/// `reason` is librdkafka's text for it. Each error is logged once, here.
+pub fn client_error(
+    control: &Control,
+    cluster: Cluster,
+    stream: usize,
+    error: &KafkaError,
+    reason: &str,
+) {
+    let name = cluster.name();
+    let fatal = matches!(error, KafkaError::MessageConsumptionFatal(_))
+        || error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal);
+    match error.rdkafka_error_code() {
+        _ if fatal => control.fail(format!(
+            "stream {stream}: the {name} cluster client hit a fatal error: {reason}"
+        )),
+        Some(RDKafkaErrorCode::AutoOffsetReset) => tracing::error!(
+            stream,
+            "{reason}: the committed offset is no longer on the source (deleted by retention \
+             before it was mirrored); continuing from auto.offset.reset"
+        ),
+        Some(RDKafkaErrorCode::AllBrokersDown) => tracing::warn!(
+            stream,
+            "{reason}: no broker of the {name} cluster answers; retrying until one does"
+        ),
+        // librdkafka logs these itself, once per broker.
+        Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::Resolve) => {
+            tracing::debug!(stream, "{name} cluster: {reason}")
+        }
+        _ => tracing::warn!(stream, "{name} cluster: {reason} (retrying)"),
+    }
+}

@@ -1,0 +1,144 @@
+//! The whole mirror: probe both clusters, start the streams, wait for them, report.
+
+use std::sync::Arc;
+use std::thread;
+
+use super::clients::Cluster;
+use super::probe::{probe, Unreachable};
+use super::state::{Control, ShutdownGate, Stats};
+use super::stream::{Stream, StreamError, StreamReport};
+use super::topics::TopicCreator;
+use crate::settings::flags::Partitioning;
+use crate::settings::Settings;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MirrorError {
+    #[error(transparent)]
+    Unreachable(#[from] Unreachable),
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    #[error("{0}")]
+    Fatal(String),
+    #[error("stream {0} panicked; see the log above")]
+    Panicked(usize),
+}
+
+/// How a run ended when it ended well.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// Records the shutdown flush gave up on (not committed; mirrored again on restart).
+    pub unacknowledged: usize,
+}
+
+/// Runs the mirror until `control` asks it to stop (clean) or a fatal error occurs.
+pub fn run(
+    settings: &Settings,
+    control: Arc<Control>,
+    stats: Arc<Stats>,
+) -> Result<Summary, MirrorError> {
+    let source = probe(settings, Cluster::Source)?;
+    probe(settings, Cluster::Target)?;
+    let topics: Vec<String> = settings
+        .topics
+        .select(&source)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    tracing::info!(
+        "mirroring topics matching {:?} with {} streams ({} matching now)",
+        settings.topics.pattern(),
+        settings.num_streams,
+        topics.len()
+    );
+    let creator = topic_creator(settings)?;
+    let gate = Arc::new(ShutdownGate::new(settings.num_streams));
+    let results: Vec<Result<StreamReport, MirrorError>> = thread::scope(|scope| {
+        let handles: Vec<_> = (0..settings.num_streams)
+            .map(|stream| {
+                let (control, stats) = (control.clone(), stats.clone());
+                let (topics, gate, creator) = (topics.clone(), gate.clone(), creator.clone());
+                let handle = thread::Builder::new()
+                    .name(format!("stream-{stream}"))
+                    .spawn_scoped(scope, move || {
+                        run_stream(stream, settings, control, stats, gate, creator, topics)
+                    })
+                    .expect("spawning a stream thread");
+                (stream, handle)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(stream, handle)| {
+                handle.join().unwrap_or_else(|_| {
+                    control.fail(format!("stream {stream} panicked"));
+                    Err(MirrorError::Panicked(stream))
+                })
+            })
+            .collect()
+    });
+
+    let mut summary = Summary::default();
+    let mut first_error = None;
+    for result in results {
+        match result {
+            Ok(report) => summary.unacknowledged += report.unacknowledged,
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(message) = control.failure() {
+        return Err(MirrorError::Fatal(message));
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(summary),
+    }
+}
+
+/// One stream's thread: made, run, and reported. One stream failing stops all of them.
+fn run_stream(
+    stream: usize,
+    settings: &Settings,
+    control: Arc<Control>,
+    stats: Arc<Stats>,
+    gate: Arc<ShutdownGate>,
+    creator: Option<Arc<TopicCreator>>,
+    topics: Vec<String>,
+) -> Result<StreamReport, MirrorError> {
+    let result = match Stream::new(
+        stream,
+        settings,
+        control.clone(),
+        stats,
+        gate.clone(),
+        creator,
+    ) {
+        Ok(s) => s.run(topics),
+        Err(e) => {
+            gate.arrive();
+            Err(e)
+        }
+    };
+    result.map_err(|e| {
+        control.fail(e.to_string());
+        MirrorError::Stream(e)
+    })
+}
+
+/// `--create.topics`: the admin clients that make target topics as the source has them.
+fn topic_creator(settings: &Settings) -> Result<Option<Arc<TopicCreator>>, MirrorError> {
+    let Some(configs) = &settings.create_topics else {
+        return Ok(None);
+    };
+    TopicCreator::new(
+        &settings.consumer,
+        &settings.producer,
+        settings.target_topic.clone(),
+        configs,
+        settings.partitioning == Partitioning::Preserve,
+        settings.startup_timeout,
+    )
+    .map(|c| Some(Arc::new(c)))
+    .map_err(|e| MirrorError::Fatal(format!("cannot create the admin clients: {e}")))
+}

@@ -1,0 +1,110 @@
+//! The FFI edge to librdkafka: every `unsafe` line of the crate except the plugin host
+//! ([`crate::plugin`]). What leaves this module is safe to use: raw pointers stay inside, and
+//! borrowed views carry the lifetime of their owner.
+//!
+//! - [`queue`]: our own poll of the source consumer's queue, dispatching rebalances, commit
+//!   results, statistics, logs and errors to the consumer's context;
+//! - [`record`]: a consumed record borrowed from librdkafka (no copy of ours) and its headers;
+//! - [`produce`]: `rd_kafka_producev` with a ready C topic name and headers copied natively;
+//! - [`NativePtr`]: the one owner type of a native handle, released once by its [`NativeDrop`].
+
+pub mod produce;
+pub mod queue;
+pub mod record;
+
+use std::ffi::CStr;
+use std::ptr::NonNull;
+
+use rdkafka::bindings as rdsys;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+
+/// A librdkafka type with one function that releases what we own of it.
+pub trait NativeDrop {
+    /// Releases `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` must be a live reference that the caller owns; it is not used afterwards.
+    unsafe fn release(ptr: NonNull<Self>);
+}
+
+/// Owns one native handle and releases it once when dropped (as rust-rdkafka's `NativePtr`).
+pub struct NativePtr<T: NativeDrop>(NonNull<T>);
+
+impl<T: NativeDrop> NativePtr<T> {
+    /// Takes ownership of `ptr`; `None` if it is null.
+    ///
+    /// # Safety
+    /// A non-null `ptr` must be a live reference that nothing else will release.
+    unsafe fn from_ptr(ptr: *mut T) -> Option<NativePtr<T>> {
+        NonNull::new(ptr).map(NativePtr)
+    }
+
+    fn ptr(&self) -> *mut T {
+        self.0.as_ptr()
+    }
+
+    /// Gives up ownership (librdkafka took the handle).
+    fn into_raw(self) -> *mut T {
+        let ptr = self.0.as_ptr();
+        std::mem::forget(self);
+        ptr
+    }
+}
+
+impl<T: NativeDrop> Drop for NativePtr<T> {
+    fn drop(&mut self) {
+        // SAFETY: `from_ptr`'s contract: we own the handle, and this is its only release.
+        unsafe { T::release(self.0) }
+    }
+}
+
+impl std::fmt::Debug for NativePtr<rdsys::rd_kafka_headers_t> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NativePtr({:p})", self.0)
+    }
+}
+
+impl NativeDrop for rdsys::rd_kafka_queue_t {
+    unsafe fn release(ptr: NonNull<Self>) {
+        // SAFETY: the caller owns this queue reference.
+        unsafe { rdsys::rd_kafka_queue_destroy(ptr.as_ptr()) }
+    }
+}
+
+impl NativeDrop for rdsys::rd_kafka_event_t {
+    unsafe fn release(ptr: NonNull<Self>) {
+        // SAFETY: the caller owns this event (from rd_kafka_queue_poll). A fetch event's
+        // message goes with it.
+        unsafe { rdsys::rd_kafka_event_destroy(ptr.as_ptr()) }
+    }
+}
+
+impl NativeDrop for rdsys::rd_kafka_headers_t {
+    unsafe fn release(ptr: NonNull<Self>) {
+        // SAFETY: the caller owns this header list (librdkafka did not take it).
+        unsafe { rdsys::rd_kafka_headers_destroy(ptr.as_ptr()) }
+    }
+}
+
+impl NativeDrop for rdsys::rd_kafka_topic_partition_t {
+    unsafe fn release(ptr: NonNull<Self>) {
+        // SAFETY: the caller owns this partition (from an end-of-partition event).
+        unsafe { rdsys::rd_kafka_topic_partition_destroy(ptr.as_ptr()) }
+    }
+}
+
+/// The group member id of `consumer`, as the broker assigned it ("" before the first join).
+pub fn member_id<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> String {
+    let client = consumer.client().native_ptr();
+    // SAFETY: the client pointer is valid while `consumer` lives; rd_kafka_memberid returns a
+    // NUL-terminated string that we own and free with rd_kafka_mem_free, or NULL.
+    unsafe {
+        let id = rdsys::rd_kafka_memberid(client);
+        if id.is_null() {
+            return String::new();
+        }
+        let owned = CStr::from_ptr(id).to_string_lossy().into_owned();
+        rdsys::rd_kafka_mem_free(client, id.cast());
+        owned
+    }
+}

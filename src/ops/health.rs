@@ -1,0 +1,135 @@
+//! Health and metrics over HTTP (`--metrics.addr`): `/metrics`, `/health/live` and
+//! `/health/ready`, and what "ready" means.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+
+use super::metrics::registry;
+use crate::mirror::state::{Control, Stats, StreamShared};
+
+/// Whether the mirror is ready: every stream has had its assignment (possibly empty) and
+/// reaches the target, and no stop was requested. `Err` says why not.
+pub fn readiness(stats: &Stats, control: &Control, streams: usize) -> Result<(), String> {
+    if control.stop_requested() {
+        return Err("stopping".to_owned());
+    }
+    // Flags only: no tracker is locked and nothing is copied (systemd's notifier asks often).
+    let live = stats.streams.live();
+    let count = |flag: fn(&StreamShared) -> &AtomicBool| {
+        live.iter()
+            .filter(|s| flag(s).load(Ordering::Relaxed))
+            .count()
+    };
+    let assigned = count(|s| &s.assigned);
+    if live.len() < streams || assigned < streams {
+        return Err(format!(
+            "{assigned} of {streams} streams have their assignment"
+        ));
+    }
+    let up = count(|s| &s.target_up);
+    if up < live.len() {
+        return Err(format!(
+            "{up} of {} stream producers reach the target cluster",
+            live.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Serves `/metrics`, `/health/live` and `/health/ready` on `addr` from a thread of its own.
+/// Binding happens here, so a bad address is reported before the mirror starts.
+pub fn serve(
+    addr: SocketAddr,
+    stats: Arc<Stats>,
+    control: Arc<Control>,
+    streams: usize,
+) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)?;
+    let bound = listener.local_addr()?;
+    stats
+        .recorded
+        .latency_enabled
+        .store(true, Ordering::Relaxed);
+    let registry = registry(&stats);
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            for connection in listener.incoming() {
+                let Ok(connection) = connection else { continue };
+                if let Err(e) = answer(connection, &registry, &stats, &control, streams) {
+                    tracing::debug!("metrics endpoint: {e}");
+                }
+            }
+        })?;
+    tracing::info!(
+        "serving metrics at http://{bound}/metrics, health at /health/live and /health/ready"
+    );
+    Ok(bound)
+}
+
+fn answer(
+    mut connection: TcpStream,
+    registry: &Registry,
+    stats: &Stats,
+    control: &Control,
+    streams: usize,
+) -> std::io::Result<()> {
+    connection.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(&connection);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    // Read the headers too: closing a socket with unread input resets the connection, and
+    // the client could lose the response.
+    let mut header = String::new();
+    while reader.read_line(&mut header)? > 2 {
+        header.clear();
+    }
+    let mut parts = request_line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (status, content_type, body) = if method != "GET" {
+        (
+            "405 Method Not Allowed",
+            "text/plain",
+            "use GET\n".to_owned(),
+        )
+    } else {
+        match path {
+            "/metrics" => {
+                let mut body = String::new();
+                match prometheus_client::encoding::prometheus_text::encode(&mut body, registry) {
+                    Ok(()) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body),
+                    Err(_) => (
+                        "500 Internal Server Error",
+                        "text/plain",
+                        "cannot encode the metrics\n".to_owned(),
+                    ),
+                }
+            }
+            "/health/live" => ("200 OK", "text/plain", "live\n".to_owned()),
+            "/health/ready" => match readiness(stats, control, streams) {
+                Ok(()) => ("200 OK", "text/plain", "ready\n".to_owned()),
+                Err(why) => (
+                    "503 Service Unavailable",
+                    "text/plain",
+                    format!("not ready: {why}\n"),
+                ),
+            },
+            _ => (
+                "404 Not Found",
+                "text/plain",
+                "try /metrics, /health/live or /health/ready\n".to_owned(),
+            ),
+        }
+    };
+    write!(
+        connection,
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    connection.flush()
+}

@@ -1,0 +1,224 @@
+//! Prometheus metrics (`--metrics.addr`), served by [`super::health`].
+//!
+//! Counters on the record path are plain integers the streams already keep (the offset
+//! tracker counts per source partition); they are read at scrape time by a collector, so
+//! metrics add no label look-up or allocation per record. Only the replication-latency
+//! histogram is observed per acknowledged record, and only while metrics are served.
+
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use crate::mirror::offsets::PartitionCounters;
+use crate::mirror::state::{PartitionLag, Stats};
+
+/// One snapshot of every stream, summed per source partition.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub partitions: Vec<(String, i32, PartitionCounters)>,
+    /// Records between each partition's position and its high watermark, per the consumers'
+    /// latest statistics.
+    pub lag: Vec<PartitionLag>,
+}
+
+impl Snapshot {
+    pub fn take(stats: &Stats) -> Snapshot {
+        let mut snapshot = Snapshot::default();
+        for stream in stats.streams.live() {
+            snapshot
+                .partitions
+                .extend(stream.tracker().partition_counters());
+            snapshot.lag.extend(
+                stream
+                    .lag
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .cloned(),
+            );
+        }
+        snapshot
+            .partitions
+            .sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        snapshot.lag.sort();
+        snapshot
+    }
+
+    pub fn total_lag(&self) -> i64 {
+        self.lag.iter().map(|l| l.records).sum()
+    }
+
+    pub fn total_in_flight(&self) -> u64 {
+        self.partitions.iter().map(|(_, _, c)| c.in_flight).sum()
+    }
+}
+
+/// Encodes one metric family with a sample per source partition; `metric` makes the sample
+/// (a counter or a gauge) from its value.
+fn encode_per_partition<'a, V: Default, M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    samples: impl Iterator<Item = (&'a String, i32, V)>,
+    metric: fn(V) -> M,
+) -> Result<(), std::fmt::Error> {
+    let mut family =
+        encoder.encode_descriptor(name, help, None, metric(V::default()).metric_type())?;
+    for (topic, partition, value) in samples {
+        let labels = partition_labels(topic, partition);
+        metric(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// Reads the streams at scrape time.
+#[derive(Debug)]
+struct StreamCollector {
+    stats: Arc<Stats>,
+}
+
+type PartitionLabels = [(&'static str, String); 2];
+
+/// Reads one counter of a partition.
+type CounterOf = fn(&PartitionCounters) -> u64;
+
+fn partition_labels(topic: &str, partition: i32) -> PartitionLabels {
+    [
+        ("topic", topic.to_owned()),
+        ("partition", partition.to_string()),
+    ]
+}
+
+impl Collector for StreamCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let snapshot = Snapshot::take(&self.stats);
+        let per_partition: [(&str, &str, CounterOf); 3] = [
+            ("mirror_records_consumed", "Source records consumed", |c| {
+                c.consumed
+            }),
+            (
+                "mirror_bytes_consumed",
+                "Key and value bytes of the source records consumed",
+                |c| c.consumed_bytes,
+            ),
+            (
+                "mirror_records_acknowledged",
+                "Source records whose every target record the target acknowledged",
+                |c| c.acknowledged,
+            ),
+        ];
+        for (name, help, value) in per_partition {
+            let samples = snapshot
+                .partitions
+                .iter()
+                .map(|(t, p, c)| (t, *p, value(c)));
+            encode_per_partition(&mut encoder, name, help, samples, ConstCounter::new)?;
+        }
+        let in_flight = snapshot
+            .partitions
+            .iter()
+            .map(|(t, p, c)| (t, *p, c.in_flight as i64));
+        encode_per_partition(
+            &mut encoder,
+            "mirror_records_in_flight",
+            "Source records consumed and not yet acknowledged by the target",
+            in_flight,
+            ConstGauge::new,
+        )?;
+        let lag = snapshot
+            .lag
+            .iter()
+            .map(|l| (&l.topic, l.partition, l.records));
+        encode_per_partition(
+            &mut encoder,
+            "mirror_consumer_lag",
+            "Records between the mirror's position and the source partition's end",
+            lag,
+            ConstGauge::new,
+        )?;
+        let stats = &self.stats;
+        let totals = [
+            (
+                "mirror_records_produced",
+                "Target records handed to the producer",
+                Stats::get(&stats.produced),
+            ),
+            (
+                "mirror_records_dropped",
+                "Records the target refused for good and skipped (--abort.on.send.failure false)",
+                Stats::get(&stats.dropped),
+            ),
+            (
+                "mirror_records_filtered",
+                "Source records the message handler turned into no record",
+                Stats::get(&stats.filtered),
+            ),
+            (
+                "mirror_records_looped",
+                "Source records not mirrored back to the cluster they came from (--loop.prevention)",
+                Stats::get(&stats.looped),
+            ),
+            (
+                "mirror_commits",
+                "Offset commits sent to the source cluster",
+                Stats::get(&stats.commits),
+            ),
+            (
+                "mirror_rebalances",
+                "Rebalances (assignments and revocations) seen by the streams",
+                Stats::get(&stats.rebalances),
+            ),
+        ];
+        for (name, help, value) in totals {
+            let counter = ConstCounter::new(value);
+            counter.encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                counter.metric_type(),
+            )?)?;
+        }
+        let uptime = ConstGauge::new(stats.recorded.started.elapsed().as_secs_f64());
+        uptime.encode(encoder.encode_descriptor(
+            "mirror_uptime_seconds",
+            "Seconds since the mirror started",
+            None,
+            uptime.metric_type(),
+        )?)?;
+        Ok(())
+    }
+}
+
+/// The registry served at `/metrics`.
+pub fn registry(stats: &Arc<Stats>) -> Registry {
+    let mut registry = Registry::default();
+    let t = &stats.recorded;
+    registry.register(
+        "mirror_replication_latency_seconds",
+        "Acknowledgement time minus the source record's timestamp",
+        t.latency.clone(),
+    );
+    registry.register(
+        "mirror_commit_seconds",
+        "Duration of synchronous offset commits (before releasing partitions, at shutdown)",
+        t.commit_seconds.clone(),
+    );
+    registry.register(
+        "mirror_send_errors",
+        "Records the target refused for good, by error code",
+        t.send_errors.clone(),
+    );
+    let info = prometheus_client::metrics::info::Info::new(vec![(
+        "version".to_owned(),
+        env!("CARGO_PKG_VERSION").to_owned(),
+    )]);
+    registry.register("mirror_build", "Build information", info);
+    registry.register_collector(Box::new(StreamCollector {
+        stats: stats.clone(),
+    }));
+    registry
+}

@@ -1,0 +1,363 @@
+//! `mirror-maker verify`: every matching source topic compared with its mirror, record by
+//! record (see [`super::compare`]).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::compare::{fingerprint, reader_from, scan};
+use crate::settings::client::{ClientProps, Role};
+use crate::settings::flags::{Partitioning, Until, VerifyArgs};
+use crate::settings::routing::TopicFilter;
+use crate::settings::SettingsError;
+
+/// Where each source partition's checked range starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    Beginning,
+    Offset(i64),
+    /// Milliseconds since the epoch: the first record at or after it.
+    Time(i64),
+}
+
+/// What `mirror-maker verify` checks.
+#[derive(Debug, Clone)]
+pub struct Verification {
+    pub source: ClientProps,
+    pub target: ClientProps,
+    pub topics: TopicFilter,
+    pub from: Start,
+    pub until: Until,
+    /// Whether records must sit in the same partition number on the target.
+    pub preserve: bool,
+    pub idle_timeout: Duration,
+}
+
+impl Verification {
+    pub fn from_args(args: &VerifyArgs) -> Result<Verification, SettingsError> {
+        let source = ClientProps::load(Role::Consumer, &args.consumer_config)?;
+        let target = ClientProps::load(Role::Producer, &args.producer_config)?;
+        for props in [&source, &target] {
+            if props.get("bootstrap.servers").is_none() {
+                return Err(SettingsError::Usage(format!(
+                    "{} config {}: `bootstrap.servers` is required",
+                    props.role,
+                    props.path.display()
+                )));
+            }
+        }
+        Ok(Verification {
+            source,
+            target,
+            topics: TopicFilter::new(&args.whitelist)?,
+            from: match (args.from_offset, args.from_time) {
+                (Some(o), _) => Start::Offset(o),
+                (None, Some(t)) => Start::Time(t),
+                (None, None) => Start::Beginning,
+            },
+            until: args.until,
+            preserve: args.partitioning == Partitioning::Preserve,
+            idle_timeout: Duration::from_millis(args.timeout_ms),
+        })
+    }
+}
+
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct PartitionReport {
+    pub partition: i32,
+    /// The checked source range `[from, until)`.
+    pub from: i64,
+    pub until: i64,
+    pub source_records: u64,
+    pub missing: u64,
+    pub duplicated: u64,
+    pub out_of_order: u64,
+    pub misplaced: u64,
+    /// Jumps in the source offsets inside the range (compaction or transaction markers, or
+    /// records deleted): reported, not failures.
+    pub offset_gaps: u64,
+}
+
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct TopicReport {
+    pub topic: String,
+    pub target_topic: String,
+    pub partitions: Vec<PartitionReport>,
+    pub target_records: u64,
+    /// Target records that match no record of the source topic.
+    pub changed: u64,
+}
+
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Totals {
+    pub source_records: u64,
+    pub target_records: u64,
+    pub missing: u64,
+    pub changed: u64,
+    pub duplicated: u64,
+    pub out_of_order: u64,
+    pub misplaced: u64,
+}
+
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Report {
+    pub until: Option<Until>,
+    pub topics: Vec<TopicReport>,
+    pub totals: Totals,
+    /// Nothing missing, changed, out of order or misplaced (duplicates are allowed: a mirror
+    /// that was killed copies again what it had not committed).
+    pub ok: bool,
+}
+
+/// One source record's fingerprint: where it is in the source, how often it occurs in the
+/// checked range and in the whole partition, and how often the target holds it.
+struct Seen {
+    partition: i32,
+    offset: i64,
+    in_range: u32,
+    total: u32,
+    copies: u32,
+}
+
+/// Compares every matching source topic with the target topic of the same name.
+pub fn verify(v: &Verification) -> anyhow::Result<Report> {
+    use anyhow::Context;
+    let source = reader_from(v.source.connection_config())?;
+    let target = reader_from(v.target.connection_config())?;
+    let metadata = source
+        .fetch_metadata(None, v.idle_timeout)
+        .with_context(|| format!("listing the source's topics ({})", v.source.path.display()))?;
+    let topics = v.topics.select(&metadata);
+    let mut report = Report {
+        until: Some(v.until),
+        ..Report::default()
+    };
+    for (topic, partitions) in topics {
+        let t = verify_topic(v, &source, &target, &topic, partitions)?;
+        let totals = &mut report.totals;
+        for p in &t.partitions {
+            totals.source_records += p.source_records;
+            totals.missing += p.missing;
+            totals.duplicated += p.duplicated;
+            totals.out_of_order += p.out_of_order;
+            totals.misplaced += p.misplaced;
+        }
+        totals.target_records += t.target_records;
+        totals.changed += t.changed;
+        report.topics.push(t);
+    }
+    let t = &report.totals;
+    report.ok = t.missing == 0 && t.changed == 0 && t.out_of_order == 0 && t.misplaced == 0;
+    Ok(report)
+}
+
+fn verify_topic(
+    v: &Verification,
+    source: &BaseConsumer,
+    target: &BaseConsumer,
+    topic: &str,
+    mut partitions: Vec<i32>,
+) -> anyhow::Result<TopicReport> {
+    use anyhow::Context;
+    partitions.sort_unstable();
+    let timeout = v.idle_timeout;
+    // The checked range of each source partition.
+    let mut ranges = Vec::with_capacity(partitions.len());
+    let mut reports = Vec::with_capacity(partitions.len());
+    let committed = match v.until {
+        Until::Committed => Some(committed_offsets(v, topic, &partitions)?),
+        Until::End => None,
+    };
+    for (i, &p) in partitions.iter().enumerate() {
+        let (low, high) = source
+            .fetch_watermarks(topic, p, timeout)
+            .with_context(|| format!("source watermarks of {topic}/{p}"))?;
+        let from = match v.from {
+            Start::Beginning => low,
+            Start::Offset(o) => o.clamp(low, high),
+            Start::Time(t) => offset_for_time(source, topic, p, t, timeout)?.unwrap_or(high),
+        };
+        let until = committed.as_ref().map_or(high, |c| c[i].clamp(low, high));
+        ranges.push((p, low, high));
+        reports.push(PartitionReport {
+            partition: p,
+            from,
+            until: until.max(from),
+            ..PartitionReport::default()
+        });
+    }
+    // Index the whole source partitions: a target record is "changed" only if it matches no
+    // source record at all, in the range or not.
+    let mut seen: HashMap<u64, Seen> = HashMap::new();
+    let mut last_offset: HashMap<i32, i64> = HashMap::new();
+    scan(source, topic, &ranges, timeout, |p, m| {
+        let r = &mut reports[partitions.binary_search(&p).unwrap_or(0)];
+        let in_range = m.offset() >= r.from && m.offset() < r.until;
+        if in_range {
+            r.source_records += 1;
+            if let Some(prev) = last_offset.insert(p, m.offset()) {
+                if m.offset() != prev + 1 {
+                    r.offset_gaps += 1;
+                }
+            }
+        }
+        let e = seen.entry(fingerprint(m)).or_insert(Seen {
+            partition: p,
+            offset: m.offset(),
+            in_range: 0,
+            total: 0,
+            copies: 0,
+        });
+        e.total += 1;
+        e.in_range += u32::from(in_range);
+    })
+    .with_context(|| format!("reading source topic {topic}"))?;
+
+    // The target topic: every record, in each partition's order.
+    let target_topic = topic.to_owned();
+    let target_partitions: Vec<i32> = target
+        .fetch_metadata(Some(&target_topic), timeout)
+        .with_context(|| format!("target topic {target_topic}"))?
+        .topics()
+        .first()
+        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+        .unwrap_or_default();
+    let mut target_ranges = Vec::with_capacity(target_partitions.len());
+    for &p in &target_partitions {
+        let (low, high) = target
+            .fetch_watermarks(&target_topic, p, timeout)
+            .with_context(|| format!("target watermarks of {target_topic}/{p}"))?;
+        target_ranges.push((p, low, high));
+    }
+    let mut report = TopicReport {
+        topic: topic.to_owned(),
+        target_topic: target_topic.clone(),
+        ..TopicReport::default()
+    };
+    // Per (target partition, source partition): the source offset of the last first copy.
+    let mut order: HashMap<(i32, i32), i64> = HashMap::new();
+    scan(target, &target_topic, &target_ranges, timeout, |tp, m| {
+        report.target_records += 1;
+        let Some(e) = seen.get_mut(&fingerprint(m)) else {
+            report.changed += 1;
+            return;
+        };
+        e.copies += 1;
+        if e.copies > 1 || e.in_range == 0 {
+            return;
+        }
+        let r = &mut reports[partitions.binary_search(&e.partition).unwrap_or(0)];
+        if v.preserve && tp != e.partition {
+            r.misplaced += 1;
+        }
+        let last = order.entry((tp, e.partition)).or_insert(i64::MIN);
+        if e.offset < *last {
+            r.out_of_order += 1;
+        } else {
+            *last = e.offset;
+        }
+    })
+    .with_context(|| format!("reading target topic {target_topic}"))?;
+    for e in seen.values().filter(|e| e.in_range > 0) {
+        let r = &mut reports[partitions.binary_search(&e.partition).unwrap_or(0)];
+        r.missing += u64::from(e.in_range.saturating_sub(e.copies));
+        r.duplicated += u64::from(e.copies.saturating_sub(e.total));
+    }
+    report.partitions = reports;
+    Ok(report)
+}
+
+fn committed_offsets(
+    v: &Verification,
+    topic: &str,
+    partitions: &[i32],
+) -> anyhow::Result<Vec<i64>> {
+    let group = v.source.get("group.id").ok_or_else(|| {
+        anyhow::anyhow!(
+            "--until committed needs the mirror's group.id in {}",
+            v.source.path.display()
+        )
+    })?;
+    let mut config = v.source.connection_config();
+    let consumer: BaseConsumer = config.set("group.id", group).create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in partitions {
+        tpl.add_partition(topic, *p);
+    }
+    let committed = consumer.committed_offsets(tpl, v.idle_timeout)?;
+    Ok(partitions
+        .iter()
+        .map(|p| {
+            committed
+                .find_partition(topic, *p)
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                })
+                .unwrap_or(0)
+        })
+        .collect())
+}
+
+fn offset_for_time(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    time: i64,
+    timeout: Duration,
+) -> anyhow::Result<Option<i64>> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(time))?;
+    let found = consumer.offsets_for_times(tpl, timeout)?;
+    Ok(found
+        .find_partition(topic, partition)
+        .and_then(|e| match e.offset() {
+            Offset::Offset(o) => Some(o),
+            _ => None,
+        }))
+}
+
+impl Report {
+    /// The human summary.
+    pub fn render(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        for t in &self.topics {
+            let source: u64 = t.partitions.iter().map(|p| p.source_records).sum();
+            let _ = writeln!(
+                out,
+                "{} -> {}: {} partitions, {source} source records checked, {} records on the target, {} changed",
+                t.topic,
+                t.target_topic,
+                t.partitions.len(),
+                t.target_records,
+                t.changed
+            );
+            for p in &t.partitions {
+                if p.missing + p.duplicated + p.out_of_order + p.misplaced + p.offset_gaps > 0 {
+                    let _ = writeln!(
+                        out,
+                        "  partition {} [{}, {}): {} missing, {} duplicated, {} out of order, {} misplaced, {} offset gaps",
+                        p.partition, p.from, p.until, p.missing, p.duplicated, p.out_of_order, p.misplaced, p.offset_gaps
+                    );
+                }
+            }
+        }
+        let t = &self.totals;
+        let _ = writeln!(
+            out,
+            "{}: {} source records checked, {} missing, {} changed, {} duplicated, {} out of order, {} misplaced",
+            if self.ok { "OK" } else { "FAILED" },
+            t.source_records,
+            t.missing,
+            t.changed,
+            t.duplicated,
+            t.out_of_order,
+            t.misplaced
+        );
+        out
+    }
+}
