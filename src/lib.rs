@@ -20,9 +20,10 @@
 //!    produce) → [`mirror::delivery`] → [`mirror::offsets`] → [`mirror::commit`];
 //!    [`mirror::rebalance`] and [`mirror::topics`] before partitions move; [`mirror::probe`],
 //!    [`mirror::target`], [`mirror::clients`], [`mirror::state`].
-//! 5. [`ops`] (metrics, health, progress, systemd notification, logging) and [`tools`]
-//!    (`check`, `verify`, `demo`, record comparison): they read the mirror's state and run
-//!    it; the mirror never calls them.
+//! 5. [`ops`] ([`ops::metrics`], [`ops::health`], [`ops::progress`], systemd notification in
+//!    [`ops::notify`], [`ops::logging`]) and [`tools`] ([`tools::check`], [`tools::verify`],
+//!    [`tools::demo`], record comparison in [`tools::compare`]): they read the mirror's state
+//!    and run it; the mirror never calls them.
 //!
 //! `main.rs` sits on top: subcommand dispatch and the one place where an error becomes an
 //! exit code.

@@ -1,5 +1,5 @@
 //! End to end against tansu, an independent Kafka implementation: one broker as the source,
-//! one as the target. tansu's high watermarks are wrong (shared/TESTING.md), so completion is
+//! one as the target. tansu's high watermarks are wrong (tests/README.md), so completion is
 //! judged from committed offsets and records are read until quiet.
 
 mod common;
@@ -136,7 +136,7 @@ fn clean_bounces_on_tansu(strategy: &str, processes: usize) {
     let has_partitions = |m: &Mirror| m.log().contains("assigned") && m.log().contains("events/");
     // One record per partition per write: tansu 0.6 answers a fetch from the middle of a
     // record batch with the next batch, so a consumer resuming at a committed offset inside a
-    // batch would skip the rest of it (shared/TESTING.md). Kafka returns the whole batch.
+    // batch would skip the rest of it (tests/README.md). Kafka returns the whole batch.
     let writer = Trickle::start(
         &source.bootstrap,
         TOPIC,
@@ -209,7 +209,7 @@ fn clean_bounces_on_tansu(strategy: &str, processes: usize) {
 #[test]
 fn clean_bounces_on_tansu_lose_nothing() {
     // Duplicates are reported, not asserted: tansu 0.6 can give a joining member partitions
-    // before their owner has released them (shared/TESTING.md), so two members mirror the
+    // before their owner has released them (tests/README.md), so two members mirror the
     // same records for a moment. With three members this happens under cooperative-sticky
     // often enough that two are used for it.
     clean_bounces_on_tansu("range", 3);

@@ -4,19 +4,18 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::Offset;
 
-use super::rebalance::{MirrorConsumer, MirrorSource};
 use super::state::{Stats, StreamShared};
-use crate::native::queue::Polled;
+use crate::native::queue::{Polled, Source};
 
 /// Commits the acknowledged offsets of `only` these partitions, or of all tracked ones.
 /// Returns how many partitions were committed.
-pub fn commit(
-    consumer: &MirrorConsumer,
+pub fn commit<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
     shared: &StreamShared,
     only: Option<&[(String, i32)]>,
     mode: CommitMode,
@@ -32,8 +31,8 @@ pub fn commit(
         return Ok(0);
     }
     let mut tpl = TopicPartitionList::with_capacity(points.len());
-    for (topic, partition, offset) in &points {
-        tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset))?;
+    for point in &points {
+        tpl.add_partition_offset(&point.topic, point.partition, Offset::Offset(point.offset))?;
     }
     let started = Instant::now();
     consumer.commit(&tpl, mode)?;
@@ -51,7 +50,10 @@ pub fn commit(
 
 /// The shutdown commit, retried while the group is rebalancing (another instance joining or
 /// leaving): the broker refuses commits until the rebalance completes.
-pub fn final_commit(source: &MirrorSource, shared: &StreamShared) -> KafkaResult<usize> {
+pub fn final_commit<C: ConsumerContext>(
+    source: &Source<C>,
+    shared: &StreamShared,
+) -> KafkaResult<usize> {
     let deadline = Instant::now() + FINAL_COMMIT_RETRY;
     loop {
         match commit(source.consumer(), shared, None, CommitMode::Sync) {

@@ -42,6 +42,23 @@ impl Ticket {
     }
 }
 
+/// Where a source partition's committed offset may go: the offset of the next record to
+/// read, everything before it acknowledged by the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitPoint {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// One source partition's counters since start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionTotals {
+    pub topic: String,
+    pub partition: i32,
+    pub counters: PartitionCounters,
+}
+
 /// The source record a ticket stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceRecord<'a> {
@@ -83,7 +100,7 @@ pub struct PartitionCounters {
 }
 
 impl PartitionCounters {
-    fn add(&mut self, other: &PartitionCounters) {
+    pub fn add(&mut self, other: &PartitionCounters) {
         self.consumed += other.consumed;
         self.consumed_bytes += other.consumed_bytes;
         self.acknowledged += other.acknowledged;
@@ -309,24 +326,29 @@ impl OffsetTracker {
         })
     }
 
-    /// The commit point of every tracked partition that has one: `(topic, partition, next
-    /// offset)`. Every commit sends them all, unchanged ones too, so a commit that failed for
+    /// The commit point of every tracked partition that has one. Every commit sends them all, unchanged ones too, so a commit that failed for
     /// some partitions (librdkafka does not report that for asynchronous commits) is mended by
     /// the next one.
-    pub fn commit_points(&self) -> Vec<(String, i32, i64)> {
+    pub fn commit_points(&self) -> Vec<CommitPoint> {
         self.commit_points_where(|_, _| true)
     }
 
     /// Like [`commit_points`](Self::commit_points), for the given partitions only.
-    pub fn commit_points_of(&self, partitions: &[(String, i32)]) -> Vec<(String, i32, i64)> {
+    pub fn commit_points_of(&self, partitions: &[(String, i32)]) -> Vec<CommitPoint> {
         self.commit_points_where(|t, p| partitions.iter().any(|(pt, pp)| pt == t && *pp == p))
     }
 
-    fn commit_points_where(&self, wanted: impl Fn(&str, i32) -> bool) -> Vec<(String, i32, i64)> {
+    fn commit_points_where(&self, wanted: impl Fn(&str, i32) -> bool) -> Vec<CommitPoint> {
         self.slots
             .iter()
             .filter(|s| s.live && wanted(&s.topic, s.partition))
-            .filter_map(|s| Some((s.topic.clone(), s.partition, s.committable?)))
+            .filter_map(|s| {
+                Some(CommitPoint {
+                    topic: s.topic.clone(),
+                    partition: s.partition,
+                    offset: s.committable?,
+                })
+            })
             .collect()
     }
 
@@ -363,7 +385,7 @@ impl OffsetTracker {
     }
 
     /// Per source partition ever tracked: its counters since start, and what is in flight now.
-    pub fn partition_counters(&self) -> Vec<(String, i32, PartitionCounters)> {
+    pub fn partition_counters(&self) -> Vec<PartitionTotals> {
         let mut all = self.retired.clone();
         for slot in self.slots.iter().filter(|s| s.live) {
             let mut counters = slot.counters;
@@ -376,7 +398,13 @@ impl OffsetTracker {
                 .or_default()
                 .add(&counters);
         }
-        all.into_iter().map(|((t, p), c)| (t, p, c)).collect()
+        all.into_iter()
+            .map(|((topic, partition), counters)| PartitionTotals {
+                topic,
+                partition,
+                counters,
+            })
+            .collect()
     }
 
     /// The partitions currently tracked.
@@ -397,8 +425,8 @@ mod tests {
     fn commit_of(t: &mut OffsetTracker, topic: &str, partition: i32) -> Option<i64> {
         t.commit_points()
             .into_iter()
-            .find(|(tt, p, _)| tt == topic && *p == partition)
-            .map(|(_, _, o)| o)
+            .find(|c| c.topic == topic && c.partition == partition)
+            .map(|c| c.offset)
     }
 
     #[test]
@@ -514,8 +542,8 @@ mod tests {
         let counters = |t: &OffsetTracker| {
             t.partition_counters()
                 .into_iter()
-                .find(|(topic, p, _)| topic == "t" && *p == 0)
-                .map(|(_, _, c)| c)
+                .find(|p| p.topic == "t" && p.partition == 0)
+                .map(|p| p.counters)
                 .unwrap()
         };
         let before = counters(&t);
@@ -547,7 +575,11 @@ mod tests {
         t.ack(b);
         assert_eq!(
             t.commit_points_of(&[("t".to_owned(), 1)]),
-            vec![("t".to_owned(), 1, 1)]
+            vec![CommitPoint {
+                topic: "t".to_owned(),
+                partition: 1,
+                offset: 1
+            }]
         );
         assert_eq!(t.commit_points().len(), 2);
     }

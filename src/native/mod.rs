@@ -64,33 +64,26 @@ impl std::fmt::Debug for NativePtr<rdsys::rd_kafka_headers_t> {
     }
 }
 
-impl NativeDrop for rdsys::rd_kafka_queue_t {
-    unsafe fn release(ptr: NonNull<Self>) {
-        // SAFETY: the caller owns this queue reference.
-        unsafe { rdsys::rd_kafka_queue_destroy(ptr.as_ptr()) }
-    }
+/// Implements [`NativeDrop`] with librdkafka's release function for each type.
+macro_rules! native_drop {
+    ($($native:ident => $release:ident: $what:literal;)*) => {$(
+        #[doc = $what]
+        impl NativeDrop for rdsys::$native {
+            unsafe fn release(ptr: NonNull<Self>) {
+                // SAFETY: the caller owns this handle and releases it once (the trait's
+                // contract).
+                unsafe { rdsys::$release(ptr.as_ptr()) }
+            }
+        }
+    )*};
 }
 
-impl NativeDrop for rdsys::rd_kafka_event_t {
-    unsafe fn release(ptr: NonNull<Self>) {
-        // SAFETY: the caller owns this event (from rd_kafka_queue_poll). A fetch event's
-        // message goes with it.
-        unsafe { rdsys::rd_kafka_event_destroy(ptr.as_ptr()) }
-    }
-}
-
-impl NativeDrop for rdsys::rd_kafka_headers_t {
-    unsafe fn release(ptr: NonNull<Self>) {
-        // SAFETY: the caller owns this header list (librdkafka did not take it).
-        unsafe { rdsys::rd_kafka_headers_destroy(ptr.as_ptr()) }
-    }
-}
-
-impl NativeDrop for rdsys::rd_kafka_topic_partition_t {
-    unsafe fn release(ptr: NonNull<Self>) {
-        // SAFETY: the caller owns this partition (from an end-of-partition event).
-        unsafe { rdsys::rd_kafka_topic_partition_destroy(ptr.as_ptr()) }
-    }
+native_drop! {
+    rd_kafka_queue_t => rd_kafka_queue_destroy: "A queue reference.";
+    rd_kafka_event_t => rd_kafka_event_destroy: "An event; a fetch event's message goes with it.";
+    rd_kafka_headers_t => rd_kafka_headers_destroy: "A header list librdkafka did not take.";
+    rd_kafka_topic_partition_t => rd_kafka_topic_partition_destroy:
+        "An end-of-partition event's partition.";
 }
 
 /// The group member id of `consumer`, as the broker assigned it ("" before the first join).

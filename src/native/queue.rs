@@ -5,7 +5,8 @@
 //! and hands the record out as a [`Record`] that owns the event directly, so a record costs no
 //! allocation of ours. Every other event is dispatched as rust-rdkafka does it: rebalances to
 //! the consumer context's `rebalance` (which runs our listener and assigns), commit results to
-//! `commit_callback`, statistics, logs and errors to the context.
+//! `commit_callback`, statistics and logs to the context; errors are returned to the caller
+//! (as rust-rdkafka's poll returns them), which applies its one error policy.
 
 use std::ffi::{c_char, c_int, CStr};
 use std::marker::PhantomData;

@@ -13,13 +13,13 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use crate::mirror::offsets::PartitionCounters;
+use crate::mirror::offsets::{PartitionCounters, PartitionTotals};
 use crate::mirror::state::{PartitionLag, Stats};
 
 /// One snapshot of every stream, summed per source partition.
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    pub partitions: Vec<(String, i32, PartitionCounters)>,
+    pub partitions: Vec<PartitionTotals>,
     /// Records between each partition's position and its high watermark, per the consumers'
     /// latest statistics.
     pub lag: Vec<PartitionLag>,
@@ -28,10 +28,16 @@ pub struct Snapshot {
 impl Snapshot {
     pub fn take(stats: &Stats) -> Snapshot {
         let mut snapshot = Snapshot::default();
+        // A partition that moved between streams of this process has counters in both.
+        let mut summed: std::collections::BTreeMap<(String, i32), PartitionCounters> =
+            Default::default();
         for stream in stats.streams.live() {
-            snapshot
-                .partitions
-                .extend(stream.tracker().partition_counters());
+            for p in stream.tracker().partition_counters() {
+                summed
+                    .entry((p.topic, p.partition))
+                    .or_default()
+                    .add(&p.counters);
+            }
             snapshot.lag.extend(
                 stream
                     .lag
@@ -41,9 +47,14 @@ impl Snapshot {
                     .cloned(),
             );
         }
-        snapshot
-            .partitions
-            .sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        snapshot.partitions = summed
+            .into_iter()
+            .map(|((topic, partition), counters)| PartitionTotals {
+                topic,
+                partition,
+                counters,
+            })
+            .collect();
         snapshot.lag.sort();
         snapshot
     }
@@ -53,7 +64,7 @@ impl Snapshot {
     }
 
     pub fn total_in_flight(&self) -> u64 {
-        self.partitions.iter().map(|(_, _, c)| c.in_flight).sum()
+        self.partitions.iter().map(|p| p.counters.in_flight).sum()
     }
 }
 
@@ -115,13 +126,13 @@ impl Collector for StreamCollector {
             let samples = snapshot
                 .partitions
                 .iter()
-                .map(|(t, p, c)| (t, *p, value(c)));
+                .map(|p| (&p.topic, p.partition, value(&p.counters)));
             encode_per_partition(&mut encoder, name, help, samples, ConstCounter::new)?;
         }
         let in_flight = snapshot
             .partitions
             .iter()
-            .map(|(t, p, c)| (t, *p, c.in_flight as i64));
+            .map(|p| (&p.topic, p.partition, p.counters.in_flight as i64));
         encode_per_partition(
             &mut encoder,
             "mirror_records_in_flight",

@@ -176,7 +176,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
                 ("bootstrap.servers", src.as_str()),
                 ("group.id", GROUP),
                 // The embedded cluster waits a whole session timeout for a member that is
-                // slow to rejoin; keep it short (see shared/TESTING.md).
+                // slow to rejoin; keep it short (see tests/README.md).
                 ("session.timeout.ms", "6000"),
                 ("heartbeat.interval.ms", "500"),
             ],

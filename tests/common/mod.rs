@@ -18,7 +18,7 @@ pub use mirror_maker::tools::demo::{compare_topic, sample, write_samples};
 
 pub const GROUP: &str = "mirror-test";
 
-/// Client settings that make group changes quick on test clusters (see shared/TESTING.md).
+/// Client settings that make group changes quick on test clusters (see tests/README.md).
 pub const FAST_GROUP: &[(&str, &str)] = &[
     ("session.timeout.ms", "6000"),
     ("max.poll.interval.ms", "10000"),
