@@ -132,20 +132,9 @@ pub fn compare_topic(
     Ok(total)
 }
 
+/// Runs the demo; `Ok(false)` if the copy was not exact (already reported).
 pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
-    let record_bytes = args.value_bytes as u64 + 64;
-    let per_partition = args.records.div_ceil(args.partitions as u64) * record_bytes;
-    if per_partition > MOCK_PARTITION_BYTES {
-        anyhow::bail!(
-            "{} records of {} bytes over {} partitions is about {} KiB per partition; the embedded \
-             cluster keeps only about 5 MB per partition. Use more --partitions (at least {})",
-            args.records,
-            args.value_bytes,
-            args.partitions,
-            per_partition / 1024,
-            (args.records * record_bytes).div_ceil(MOCK_PARTITION_BYTES)
-        );
-    }
+    check_fits(args)?;
     let source = MockCluster::new(1).context("starting the embedded source cluster")?;
     let target = MockCluster::new(1).context("starting the embedded target cluster")?;
     source.create_topic(TOPIC, args.partitions, 1)?;
@@ -167,13 +156,40 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
         args.partitions,
         started.elapsed()
     );
+    let settings = demo_settings(&src, &dst, args)?;
+    let run = mirror_watched(&settings, args.records)?;
+    let c = compare_topic(&src, &dst, TOPIC, args.partitions)?;
+    let committed = committed_total(&src, args.partitions)?;
+    Ok(report(args, &c, committed, &run))
+}
 
-    let settings = Settings::new(
+/// The embedded cluster keeps about 5 MB per partition; a larger backlog would be deleted
+/// before it is mirrored.
+fn check_fits(args: &DemoArgs) -> anyhow::Result<()> {
+    let record_bytes = args.value_bytes as u64 + 64;
+    let per_partition = args.records.div_ceil(args.partitions as u64) * record_bytes;
+    if per_partition > MOCK_PARTITION_BYTES {
+        anyhow::bail!(
+            "{} records of {} bytes over {} partitions is about {} KiB per partition; the embedded \
+             cluster keeps only about 5 MB per partition. Use more --partitions (at least {})",
+            args.records,
+            args.value_bytes,
+            args.partitions,
+            per_partition / 1024,
+            (args.records * record_bytes).div_ceil(MOCK_PARTITION_BYTES)
+        );
+    }
+    Ok(())
+}
+
+/// The mirror's settings for the demo: defaults, but for a short session and commit interval.
+fn demo_settings(src: &str, dst: &str, args: &DemoArgs) -> anyhow::Result<Settings> {
+    Ok(Settings::new(
         ClientProps::from_pairs(
             Role::Consumer,
             "demo consumer config",
             [
-                ("bootstrap.servers", src.as_str()),
+                ("bootstrap.servers", src),
                 ("group.id", GROUP),
                 // The embedded cluster waits a whole session timeout for a member that is
                 // slow to rejoin; keep it short (see tests/README.md).
@@ -184,7 +200,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
         ClientProps::from_pairs(
             Role::Producer,
             "demo producer config",
-            [("bootstrap.servers", dst.as_str())],
+            [("bootstrap.servers", dst)],
         ),
         TopicFilter::new(TOPIC)?,
         SettingsOptions {
@@ -192,57 +208,77 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
             commit_interval: Duration::from_secs(1),
             ..SettingsOptions::default()
         },
-    )?;
+    )?)
+}
 
+/// What the watched run measured.
+struct Run {
+    summary: pipeline::Summary,
+    /// From the mirror's start to its first record, and to its last acknowledgement.
+    first_record: Option<Duration>,
+    done: Duration,
+    consumed_bytes: u64,
+}
+
+/// Runs the mirror until `records` are acknowledged, printing its progress every second,
+/// then stops it.
+fn mirror_watched(settings: &Settings, records: u64) -> anyhow::Result<Run> {
     let control = Arc::new(Control::new());
     let stats = Arc::new(Stats::default());
     let started = Instant::now();
     let mut first_record = None;
-    let outcome = thread::scope(|scope| {
+    let (joined, done) = thread::scope(|scope| {
         let mirror = {
             let (control, stats) = (control.clone(), stats.clone());
-            let settings = &settings;
             scope.spawn(move || pipeline::run(settings, control, stats))
         };
         let mut last_print = Instant::now();
+        let mut said_waiting = false;
         loop {
             let acked = Stats::get(&stats.acknowledged);
             if first_record.is_none() && Stats::get(&stats.consumed) > 0 {
-                first_record = Some(Instant::now());
+                first_record = Some(started.elapsed());
             }
-            if acked >= args.records || mirror.is_finished() {
+            if acked >= records || mirror.is_finished() {
                 break;
             }
             if last_print.elapsed() >= Duration::from_secs(1) {
-                if acked == 0 {
-                    println!("waiting for the mirror's consumer group to form...");
-                } else {
+                if acked > 0 {
                     println!(
-                        "mirrored {acked} of {} records ({:.0}%)",
-                        args.records,
-                        acked as f64 * 100.0 / args.records as f64
+                        "mirrored {acked} of {records} records ({:.0}%)",
+                        acked as f64 * 100.0 / records as f64
                     );
+                } else if !said_waiting {
+                    println!("waiting for the mirror's consumer group to form...");
+                    said_waiting = true;
                 }
                 last_print = Instant::now();
             }
             thread::sleep(Duration::from_millis(20));
         }
-        let done = Instant::now();
+        let done = started.elapsed();
         control.request_stop();
         (mirror.join(), done)
     });
-    let (joined, done) = outcome;
     let summary = match joined {
         Ok(Ok(summary)) => summary,
         Ok(Err(e)) => return Err(e).context("the mirror failed"),
         Err(_) => anyhow::bail!("the mirror thread panicked"),
     };
+    Ok(Run {
+        summary,
+        first_record,
+        done,
+        consumed_bytes: Stats::get(&stats.consumed_bytes),
+    })
+}
 
-    let c = compare_topic(&src, &dst, TOPIC, args.partitions)?;
-    let committed = committed_total(&src, args.partitions)?;
-    let total = done.duration_since(started).as_secs_f64();
-    let steady = first_record.map_or(total, |f| done.duration_since(f).as_secs_f64());
-    let bytes = Stats::get(&stats.consumed_bytes) as f64;
+/// Prints the verification and the throughput; whether the copy was exact and complete.
+fn report(args: &DemoArgs, c: &Comparison, committed: u64, run: &Run) -> bool {
+    let total = run.done.as_secs_f64();
+    let steady = run
+        .first_record
+        .map_or(total, |f| (run.done - f).as_secs_f64());
     println!();
     println!("verification of {TOPIC}, record by record (key, value, headers, timestamp, order):");
     println!("  records in source        {}", c.source);
@@ -255,11 +291,11 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
         if c.in_order { "yes" } else { "NO" }
     );
     println!("  committed on source      {committed} of {}", args.records);
-    println!("  unacknowledged at stop   {}", summary.unacknowledged);
+    println!("  unacknowledged at stop   {}", run.summary.unacknowledged);
     println!(
         "  throughput               {:.0} records/s, {:.1} MB/s from first record; {:.0} records/s including the group join ({total:.1} s)",
         c.source as f64 / steady,
-        bytes / steady / 1e6,
+        run.consumed_bytes as f64 / steady / 1e6,
         c.source as f64 / total
     );
     let ok = c.is_exact() && c.source == args.records && committed == args.records;
@@ -271,7 +307,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<bool> {
             "FAILED"
         }
     );
-    Ok(ok)
+    ok
 }
 
 fn committed_total(bootstrap: &str, partitions: i32) -> anyhow::Result<u64> {

@@ -161,14 +161,50 @@ fn verify_topic(
     topic: &str,
     mut partitions: Vec<i32>,
 ) -> anyhow::Result<TopicReport> {
-    use anyhow::Context;
     partitions.sort_unstable();
+    let (ranges, mut reports) = checked_ranges(v, source, topic, &partitions)?;
+    let mut seen = index_source(v, source, topic, &ranges, &partitions, &mut reports)?;
+    let target_topic = topic.to_owned();
+    let mut report = TopicReport {
+        topic: topic.to_owned(),
+        target_topic: target_topic.clone(),
+        ..TopicReport::default()
+    };
+    check_target(
+        v,
+        target,
+        &target_topic,
+        &mut seen,
+        &partitions,
+        &mut reports,
+        &mut report,
+    )?;
+    for e in seen.values().filter(|e| e.in_range > 0) {
+        let r = &mut reports[partitions.binary_search(&e.partition).unwrap_or(0)];
+        r.missing += u64::from(e.in_range.saturating_sub(e.copies));
+        r.duplicated += u64::from(e.copies.saturating_sub(e.total));
+    }
+    report.partitions = reports;
+    Ok(report)
+}
+
+/// A partition with its low and high watermarks.
+type Watermarks = (i32, i64, i64);
+
+/// Each source partition's whole range `(partition, low, high)`, and the report of the part
+/// checked (`--from.*` to `--until`).
+fn checked_ranges(
+    v: &Verification,
+    source: &BaseConsumer,
+    topic: &str,
+    partitions: &[i32],
+) -> anyhow::Result<(Vec<Watermarks>, Vec<PartitionReport>)> {
+    use anyhow::Context;
     let timeout = v.idle_timeout;
-    // The checked range of each source partition.
     let mut ranges = Vec::with_capacity(partitions.len());
     let mut reports = Vec::with_capacity(partitions.len());
     let committed = match v.until {
-        Until::Committed => Some(committed_offsets(v, topic, &partitions)?),
+        Until::Committed => Some(committed_offsets(v, topic, partitions)?),
         Until::End => None,
     };
     for (i, &p) in partitions.iter().enumerate() {
@@ -189,11 +225,24 @@ fn verify_topic(
             ..PartitionReport::default()
         });
     }
-    // Index the whole source partitions: a target record is "changed" only if it matches no
-    // source record at all, in the range or not.
+    Ok((ranges, reports))
+}
+
+/// Indexes the whole source partitions by fingerprint (a target record is "changed" only if
+/// it matches no source record at all, in the checked range or not), counting the checked
+/// records and offset gaps into `reports`.
+fn index_source(
+    v: &Verification,
+    source: &BaseConsumer,
+    topic: &str,
+    ranges: &[Watermarks],
+    partitions: &[i32],
+    reports: &mut [PartitionReport],
+) -> anyhow::Result<HashMap<u64, Seen>> {
+    use anyhow::Context;
     let mut seen: HashMap<u64, Seen> = HashMap::new();
     let mut last_offset: HashMap<i32, i64> = HashMap::new();
-    scan(source, topic, &ranges, timeout, |p, m| {
+    scan(source, topic, ranges, v.idle_timeout, |p, m| {
         let r = &mut reports[partitions.binary_search(&p).unwrap_or(0)];
         let in_range = m.offset() >= r.from && m.offset() < r.until;
         if in_range {
@@ -215,11 +264,24 @@ fn verify_topic(
         e.in_range += u32::from(in_range);
     })
     .with_context(|| format!("reading source topic {topic}"))?;
+    Ok(seen)
+}
 
-    // The target topic: every record, in each partition's order.
-    let target_topic = topic.to_owned();
+/// Reads every record of the target topic, in each partition's order: counts copies into
+/// `seen`, and changed, misplaced and out-of-order records into the reports.
+fn check_target(
+    v: &Verification,
+    target: &BaseConsumer,
+    target_topic: &str,
+    seen: &mut HashMap<u64, Seen>,
+    partitions: &[i32],
+    reports: &mut [PartitionReport],
+    report: &mut TopicReport,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let timeout = v.idle_timeout;
     let target_partitions: Vec<i32> = target
-        .fetch_metadata(Some(&target_topic), timeout)
+        .fetch_metadata(Some(target_topic), timeout)
         .with_context(|| format!("target topic {target_topic}"))?
         .topics()
         .first()
@@ -228,18 +290,13 @@ fn verify_topic(
     let mut target_ranges = Vec::with_capacity(target_partitions.len());
     for &p in &target_partitions {
         let (low, high) = target
-            .fetch_watermarks(&target_topic, p, timeout)
+            .fetch_watermarks(target_topic, p, timeout)
             .with_context(|| format!("target watermarks of {target_topic}/{p}"))?;
         target_ranges.push((p, low, high));
     }
-    let mut report = TopicReport {
-        topic: topic.to_owned(),
-        target_topic: target_topic.clone(),
-        ..TopicReport::default()
-    };
     // Per (target partition, source partition): the source offset of the last first copy.
     let mut order: HashMap<(i32, i32), i64> = HashMap::new();
-    scan(target, &target_topic, &target_ranges, timeout, |tp, m| {
+    scan(target, target_topic, &target_ranges, timeout, |tp, m| {
         report.target_records += 1;
         let Some(e) = seen.get_mut(&fingerprint(m)) else {
             report.changed += 1;
@@ -261,13 +318,7 @@ fn verify_topic(
         }
     })
     .with_context(|| format!("reading target topic {target_topic}"))?;
-    for e in seen.values().filter(|e| e.in_range > 0) {
-        let r = &mut reports[partitions.binary_search(&e.partition).unwrap_or(0)];
-        r.missing += u64::from(e.in_range.saturating_sub(e.copies));
-        r.duplicated += u64::from(e.copies.saturating_sub(e.total));
-    }
-    report.partitions = reports;
-    Ok(report)
+    Ok(())
 }
 
 fn committed_offsets(
