@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::Producer;
+use rdkafka::producer::{Producer, PurgeConfig};
 
 use super::clients::{self, Cluster};
 use super::commit::{commit, final_commit};
@@ -516,6 +516,18 @@ impl<'s> Stream<'s> {
     fn shutdown(self) -> Result<StreamReport, StreamError> {
         let started = Instant::now();
         let timeout = self.settings.shutdown_timeout;
+        if let Some(failure) = self.shared.control.failure() {
+            // A fatal error (a record the target refused for good, in abort mode): what is
+            // still queued or waiting for the target must not land after the failed record,
+            // or a restart copies it again before them (out of order). Purged records are not
+            // acknowledged, so they stay uncommitted and are mirrored again, in order.
+            tracing::debug!(
+                stream = self.stream,
+                "purging the records not yet acknowledged after: {failure}"
+            );
+            self.producer
+                .purge(PurgeConfig::default().queue().inflight());
+        }
         if let Err(e) = self.producer.flush(timeout) {
             tracing::warn!(
                 stream = self.stream,
