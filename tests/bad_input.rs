@@ -219,6 +219,24 @@ fn weakening_settings_are_refused_with_the_way_out() {
         ],
         &["enable.auto.commit", "--no.data.loss false"],
     );
+    // read_uncommitted would copy the records of aborted source transactions as if committed.
+    let c = write_config(
+        dir.path(),
+        "isolation.toml",
+        NOWHERE,
+        &[("group.id", "g"), ("isolation.level", "read_uncommitted")],
+    );
+    assert_refused(
+        &[
+            "--consumer.config",
+            c.to_str().unwrap(),
+            "--producer.config",
+            &p,
+            "--whitelist",
+            "t",
+        ],
+        &["isolation.level", "read_committed", "--no.data.loss false"],
+    );
 }
 
 #[test]

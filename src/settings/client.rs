@@ -246,6 +246,12 @@ impl ClientProps {
                 "enable.auto.commit = false (it commits only what the target acknowledged)",
             )?;
             self.set_default("enable.auto.commit", "false");
+            self.refuse_unless(
+                "isolation.level",
+                &["read_committed"],
+                "isolation.level = read_committed (read_uncommitted copies the records of aborted \
+                 transactions as if they were committed)",
+            )?;
         }
         // Offsets are committed explicitly from the acknowledged-offset tracker; the
         // consumer's own offset store is never used.
