@@ -77,6 +77,9 @@ pub struct Stream<'s> {
     stall_limit: Duration,
     /// Target topic names (after `--target.topic`) as C strings, made once per topic.
     targets: TargetNames,
+    /// When the producer's view of a target topic was last refreshed for a partition it did
+    /// not know.
+    last_target_refresh: std::cell::Cell<Option<Instant>>,
     gate: Arc<ShutdownGate>,
 }
 
@@ -149,6 +152,7 @@ impl<'s> Stream<'s> {
             handler: std::cell::RefCell::new(handler),
             stall_limit: stall_limit(settings),
             targets: TargetNames::new(settings.target_topic.clone()),
+            last_target_refresh: std::cell::Cell::new(None),
             gate,
         })
     }
@@ -480,11 +484,19 @@ impl<'s> Stream<'s> {
             return;
         };
         let mut waited = false;
+        let mut refreshed = false;
         loop {
             match produce(&self.producer, &target, &mut out) {
                 Ok(()) => {
                     Stats::add(&self.shared.stats.produced, 1);
                     return;
+                }
+                Err(RDKafkaErrorCode::UnknownPartition) if !refreshed => {
+                    // The producer's view of the target topic may predate partitions added
+                    // since (a source topic that grew, its target grown before the new
+                    // partitions were assigned): ask the target once, then decide.
+                    refreshed = true;
+                    self.refresh_target_metadata(&target);
                 }
                 Err(RDKafkaErrorCode::QueueFull) => {
                     if !waited {
@@ -508,6 +520,36 @@ impl<'s> Stream<'s> {
                     return;
                 }
             }
+        }
+    }
+
+    /// Refreshes the producer's metadata of `target` (librdkafka's cache is otherwise renewed
+    /// every `topic.metadata.refresh.interval.ms`, 5 minutes by default), at most once a
+    /// second: a target that truly lacks a partition fails its records without a request each.
+    fn refresh_target_metadata(&self, target: &std::ffi::CStr) {
+        let now = Instant::now();
+        if self
+            .last_target_refresh
+            .get()
+            .is_some_and(|at| now.duration_since(at) < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last_target_refresh.set(Some(now));
+        let name = target.to_string_lossy();
+        match self
+            .producer
+            .client()
+            .fetch_metadata(Some(&name), METADATA_TIMEOUT)
+        {
+            Ok(_) => tracing::info!(
+                stream = self.stream,
+                "refreshed the target's metadata of topic {name} (a partition was unknown)"
+            ),
+            Err(e) => tracing::warn!(
+                stream = self.stream,
+                "cannot refresh the target's metadata of topic {name}: {e}"
+            ),
         }
     }
 
