@@ -474,3 +474,62 @@ fn check_lists_what_would_be_mirrored_and_explains_each_problem() {
     let (code, out) = check(&c, &p, &["--whitelist", "("]);
     assert_eq!(code, 2, "{out}");
 }
+
+#[test]
+fn failed_commits_are_counted_logged_and_make_the_mirror_unready() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let clusters = MockPair::new(TOPIC, PARTITIONS);
+    clusters.write(0..500);
+    // The source refuses every offset commit for a while.
+    clusters.source.request_errors(
+        RDKafkaApiKey::OffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED; 200],
+    );
+    let addr = free_local_addr();
+    let mirror = clusters.start(
+        STATISTICS,
+        STATISTICS,
+        &[
+            "--offset.commit.interval.ms",
+            "200",
+            "--metrics.addr",
+            &addr,
+        ],
+    );
+    let failures = |m: &str| {
+        metric(
+            m,
+            "mirror_commit_failures_total",
+            "code=\"GroupAuthorizationFailed\"",
+        )
+        .unwrap_or(0.0)
+    };
+    wait_until(Duration::from_secs(10), "live", || {
+        http_get(&addr, "/health/live").0 == 200
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while failures(&scrape(&addr)) < 3.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "three failed commits not counted; metrics:\n{}\nlog:\n{}",
+            scrape(&addr),
+            mirror.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let m = scrape(&addr);
+    assert_eq!(
+        metric(&m, "mirror_commits_total", ""),
+        Some(0.0),
+        "a refused commit is not a commit:\n{m}"
+    );
+    let (status, why) = http_get(&addr, "/health/ready");
+    assert_eq!(status, 503, "{why}");
+    assert!(why.contains("offset commits failed"), "{why}");
+    let log = mirror.log();
+    assert!(
+        log.contains("offset commit of") && log.contains("uthoriz"),
+        "log:\n{log}"
+    );
+    mirror.signal("KILL");
+}

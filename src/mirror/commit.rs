@@ -9,17 +9,59 @@ use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::Offset;
 
+use super::offsets::CommitPoint;
 use super::state::{Stats, StreamShared};
 use crate::native::queue::{Polled, Source};
 
-/// Commits the acknowledged offsets of `only` these partitions, or of all tracked ones.
-/// Returns how many partitions were committed.
-pub fn commit<C: ConsumerContext>(
+/// Commits the acknowledged offsets of `only` these partitions, or of all tracked ones, and
+/// waits for the result (before partitions are released, and at shutdown). Returns how many
+/// partitions were committed.
+pub fn commit_sync<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     shared: &StreamShared,
     only: Option<&[(String, i32)]>,
-    mode: CommitMode,
 ) -> KafkaResult<usize> {
+    let Some((tpl, points)) = commit_list(shared, only)? else {
+        return Ok(0);
+    };
+    let started = Instant::now();
+    let result = consumer.commit(&tpl, CommitMode::Sync);
+    shared
+        .stats
+        .recorded
+        .commit_seconds
+        .observe(started.elapsed().as_secs_f64());
+    committed(shared, &result, points.len());
+    result?;
+    tracing::debug!(stream = shared.stream, "committed {points:?}");
+    Ok(points.len())
+}
+
+/// Commits the acknowledged offsets of every tracked partition without waiting (the
+/// periodic commit); the result comes back through the consumer context's
+/// `commit_callback`, which calls [`committed`].
+pub fn commit_async<C: ConsumerContext>(
+    source: &Source<C>,
+    shared: &StreamShared,
+) -> KafkaResult<usize> {
+    let Some((tpl, points)) = commit_list(shared, None)? else {
+        return Ok(0);
+    };
+    let result = source.commit_async(&tpl);
+    if result.is_err() {
+        // Refused before it was sent: that is its result.
+        committed(shared, &result, points.len());
+    }
+    result?;
+    tracing::debug!(stream = shared.stream, "committing {points:?}");
+    Ok(points.len())
+}
+
+/// The commit points to commit, as a partition list; `None` when there are none.
+fn commit_list(
+    shared: &StreamShared,
+    only: Option<&[(String, i32)]>,
+) -> KafkaResult<Option<(TopicPartitionList, Vec<CommitPoint>)>> {
     let points = {
         let tracker = shared.tracker();
         match only {
@@ -28,24 +70,38 @@ pub fn commit<C: ConsumerContext>(
         }
     };
     if points.is_empty() {
-        return Ok(0);
+        return Ok(None);
     }
     let mut tpl = TopicPartitionList::with_capacity(points.len());
     for point in &points {
         tpl.add_partition_offset(&point.topic, point.partition, Offset::Offset(point.offset))?;
     }
-    let started = Instant::now();
-    consumer.commit(&tpl, mode)?;
-    if matches!(mode, CommitMode::Sync) {
-        shared
-            .stats
-            .recorded
-            .commit_seconds
-            .observe(started.elapsed().as_secs_f64());
+    Ok(Some((tpl, points)))
+}
+
+/// Records the result of a commit of `partitions` offsets: successes are counted; a failure
+/// is counted by its error code and logged (the next commit sends every offset again).
+pub fn committed(shared: &StreamShared, result: &KafkaResult<()>, partitions: usize) {
+    let recorded = &shared.stats.recorded;
+    match result {
+        Ok(()) => {
+            Stats::add(&shared.stats.commits, 1);
+            recorded.commit_succeeded();
+        }
+        // Nothing to commit: not a failure.
+        Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::NoOffset) => {}
+        Err(e) => {
+            let code = e
+                .rdkafka_error_code()
+                .map_or_else(|| "unknown".to_owned(), |c| format!("{c:?}"));
+            let in_a_row = recorded.commit_failed(code);
+            tracing::warn!(
+                stream = shared.stream,
+                "offset commit of {partitions} partitions failed ({in_a_row} in a row): {e}; \
+                 the next commit sends them again"
+            );
+        }
     }
-    Stats::add(&shared.stats.commits, 1);
-    tracing::debug!(stream = shared.stream, "committed ({mode:?}) {points:?}");
-    Ok(points.len())
 }
 
 /// The shutdown commit, retried while the group is rebalancing (another instance joining or
@@ -56,7 +112,7 @@ pub fn final_commit<C: ConsumerContext>(
 ) -> KafkaResult<usize> {
     let deadline = Instant::now() + FINAL_COMMIT_RETRY;
     loop {
-        match commit(source.consumer(), shared, None, CommitMode::Sync) {
+        match commit_sync(source.consumer(), shared, None) {
             Err(e) if is_retriable_commit_error(&e) && Instant::now() < deadline => {
                 tracing::info!(stream = shared.stream, "final commit: {e}; retrying");
                 // Serve the rebalance (its revocation commits and releases partitions).

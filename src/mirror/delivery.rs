@@ -145,6 +145,10 @@ impl ProducerContext for DeliveryContext {
                 );
             }
             Err((error, message)) => {
+                // Records produced after this one may be queued behind it.
+                self.shared
+                    .failed_with_records_behind
+                    .store(true, Ordering::SeqCst);
                 self.shared
                     .send_failed(ticket, message.topic(), Some(message.partition()), error);
             }

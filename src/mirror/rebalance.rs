@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, CommitMode, ConsumerContext, Rebalance};
-use rdkafka::error::KafkaError;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::producer::Producer;
 use rdkafka::topic_partition_list::TopicPartitionList;
 
 use super::clients::{self, Cluster};
-use super::commit::commit;
+use super::commit::{commit_sync, committed};
 use super::delivery::MirrorProducer;
 use super::state::{PartitionLag, Stats, StreamShared};
 use super::topics::TopicCreator;
@@ -71,7 +71,7 @@ impl RebalanceContext {
                 );
             }
         }
-        match commit(consumer, &self.shared, Some(partitions), CommitMode::Sync) {
+        match commit_sync(consumer, &self.shared, Some(partitions)) {
             Ok(n) => tracing::info!(
                 stream,
                 "released {} partitions after flushing and committing {n} offsets in {:?}",
@@ -204,6 +204,12 @@ impl ConsumerContext for RebalanceContext {
                 tracing::warn!(stream = self.shared.stream, "rebalance error: {e}")
             }
         }
+    }
+
+    /// The result of an asynchronous commit (the periodic one); synchronous commits report
+    /// theirs to [`commit`] directly.
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        committed(&self.shared, &result, offsets.count());
     }
 
     fn post_rebalance(&self, _consumer: &MirrorConsumer, rebalance: &Rebalance<'_>) {

@@ -94,6 +94,10 @@ pub struct Recorded {
     pub commit_seconds: Histogram,
     /// Records the target refused for good, by librdkafka error code.
     pub send_errors: Family<Vec<(String, String)>, Counter>,
+    /// Offset commits the source cluster refused, by librdkafka error code.
+    pub commit_failures: Family<Vec<(String, String)>, Counter>,
+    /// Commits failed since the last one that succeeded, over all streams.
+    pub commit_failures_in_a_row: AtomicU64,
 }
 
 impl Default for Recorded {
@@ -104,6 +108,8 @@ impl Default for Recorded {
             latency: Histogram::new(exponential_buckets(0.001, 2.0, 20)),
             commit_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             send_errors: Family::default(),
+            commit_failures: Family::default(),
+            commit_failures_in_a_row: AtomicU64::new(0),
         }
     }
 }
@@ -113,6 +119,20 @@ impl Recorded {
         self.send_errors
             .get_or_create(&vec![("code".to_owned(), code)])
             .inc();
+    }
+
+    pub fn commit_succeeded(&self) {
+        self.commit_failures_in_a_row.store(0, Ordering::Relaxed);
+    }
+
+    /// Counts a failed commit; returns how many failed in a row.
+    pub fn commit_failed(&self, code: String) -> u64 {
+        self.commit_failures
+            .get_or_create(&vec![("code".to_owned(), code)])
+            .inc();
+        self.commit_failures_in_a_row
+            .fetch_add(1, Ordering::Relaxed)
+            + 1
     }
 
     /// Observes the replication latency of a record whose source timestamp is `timestamp_ms`.
@@ -184,6 +204,9 @@ pub struct StreamShared {
     pub last_turn: AtomicU64,
     /// Per assigned source partition, the consumer's lag in its latest statistics.
     pub lag: Mutex<Vec<PartitionLag>>,
+    /// Set when the target refused a record for good in a delivery report (abort mode):
+    /// records produced after it may still be queued, and must not land after it.
+    pub failed_with_records_behind: AtomicBool,
 }
 
 impl StreamShared {
@@ -203,6 +226,7 @@ impl StreamShared {
             target_up: true.into(),
             last_turn: Default::default(),
             lag: Default::default(),
+            failed_with_records_behind: false.into(),
         });
         shared.stats.streams.register(&shared);
         shared

@@ -9,12 +9,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{Producer, PurgeConfig};
 
 use super::clients::{self, Cluster};
-use super::commit::{commit, final_commit};
+use super::commit::{commit_async, final_commit};
 use super::delivery::{DeliveryContext, MirrorProducer};
 use super::offsets::Ticket;
 use super::probe::matching_topics;
@@ -182,17 +182,8 @@ impl<'s> Stream<'s> {
             let now = Instant::now();
             self.shared.turned(now);
             if now >= next_commit {
-                if let Err(e) = commit(
-                    self.source.consumer(),
-                    &self.shared,
-                    None,
-                    CommitMode::Async,
-                ) {
-                    tracing::warn!(
-                        stream = self.stream,
-                        "offset commit failed: {e}; retrying at the next commit"
-                    );
-                }
+                // A failure is counted and logged where its result arrives (`committed`).
+                let _ = commit_async(&self.source, &self.shared);
                 next_commit = now + self.settings.commit_interval;
             }
             if now >= next_refresh {
@@ -558,14 +549,20 @@ impl<'s> Stream<'s> {
     fn shutdown(self) -> Result<StreamReport, StreamError> {
         let started = Instant::now();
         let timeout = self.settings.shutdown_timeout;
-        if let Some(failure) = self.shared.control.failure() {
-            // A fatal error (a record the target refused for good, in abort mode): what is
-            // still queued or waiting for the target must not land after the failed record,
-            // or a restart copies it again before them (out of order). Purged records are not
-            // acknowledged, so they stay uncommitted and are mirrored again, in order.
+        if self.settings.abort_on_send_failure
+            && self
+                .shared
+                .failed_with_records_behind
+                .load(Ordering::SeqCst)
+        {
+            // The target refused a record for good after later ones were produced: those
+            // must not land after it, or a restart copies it again before them (out of
+            // order). Purged records are not acknowledged, so they stay uncommitted and are
+            // mirrored again, in order. (A record refused when it was produced has nothing
+            // behind it: the stream stopped producing there, and what came before is flushed.)
             tracing::debug!(
                 stream = self.stream,
-                "purging the records not yet acknowledged after: {failure}"
+                "purging the records produced after the one the target refused"
             );
             self.producer
                 .purge(PurgeConfig::default().queue().inflight());

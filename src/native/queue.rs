@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use rdkafka::bindings as rdsys;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::topic_partition_list::TopicPartitionList;
 
 use super::record::Record;
@@ -70,6 +70,30 @@ impl<C: ConsumerContext> Source<C> {
 
     pub fn consumer(&self) -> &BaseConsumer<C> {
         &self.consumer
+    }
+
+    /// Commits `offsets` asynchronously; the result comes back through this queue as an
+    /// offset-commit event, served by [`Source::poll`] to the context's `commit_callback`.
+    /// (librdkafka's `rd_kafka_commit`, which rust-rdkafka calls, reports the result of an
+    /// asynchronous commit to no one when the event API is used.)
+    pub fn commit_async(&self, offsets: &TopicPartitionList) -> KafkaResult<()> {
+        // SAFETY: the client and queue are live while `self` is; librdkafka copies the
+        // partition list, which the borrow keeps alive for the call. No callback: with the
+        // event API the result is an event on `self.queue`.
+        let err = unsafe {
+            rdsys::rd_kafka_commit_queue(
+                self.consumer.client().native_ptr(),
+                offsets.ptr(),
+                self.queue.ptr(),
+                None,
+                std::ptr::null_mut(),
+            )
+        };
+        if err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            Ok(())
+        } else {
+            Err(KafkaError::ConsumerCommit(err.into()))
+        }
     }
 
     /// Waits up to `timeout` for the next record, serving other events on the way. Returns

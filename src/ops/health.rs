@@ -14,6 +14,10 @@ use crate::mirror::state::{Control, Stats, StreamShared};
 
 /// Whether the mirror is ready: every stream has had its assignment (possibly empty) and
 /// reaches the target, and no stop was requested. `Err` says why not.
+/// Commits failing in a row before the mirror says it is not ready: one failure is mended by
+/// the next commit; several mean the source refuses them (authorization, a group gone wrong).
+const COMMIT_FAILURES_NOT_READY: u64 = 3;
+
 pub fn readiness(stats: &Stats, control: &Control, streams: usize) -> Result<(), String> {
     if control.stop_requested() {
         return Err("stopping".to_owned());
@@ -36,6 +40,16 @@ pub fn readiness(stats: &Stats, control: &Control, streams: usize) -> Result<(),
         return Err(format!(
             "{up} of {} stream producers reach the target cluster",
             live.len()
+        ));
+    }
+    let failing = stats
+        .recorded
+        .commit_failures_in_a_row
+        .load(Ordering::Relaxed);
+    if failing >= COMMIT_FAILURES_NOT_READY {
+        return Err(format!(
+            "the last {failing} offset commits failed (see mirror_commit_failures_total and \
+             the log)"
         ));
     }
     Ok(())

@@ -175,7 +175,7 @@ impl Collector for StreamCollector {
             ),
             (
                 "mirror_commits",
-                "Offset commits sent to the source cluster",
+                "Offset commits the source cluster accepted",
                 Stats::get(&stats.commits),
             ),
             (
@@ -222,6 +222,11 @@ pub fn registry(stats: &Arc<Stats>) -> Registry {
         "mirror_send_errors",
         "Records the target refused for good, by error code",
         t.send_errors.clone(),
+    );
+    registry.register(
+        "mirror_commit_failures",
+        "Offset commits the source cluster refused, by error code",
+        t.commit_failures.clone(),
     );
     let info = prometheus_client::metrics::info::Info::new(vec![(
         "version".to_owned(),
