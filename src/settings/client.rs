@@ -101,6 +101,15 @@ pub fn is_secret_key(key: &str) -> bool {
         || key.contains("key.pem")
 }
 
+/// Group settings of the classic protocol that librdkafka refuses with
+/// `group.protocol = consumer` (KIP-848): the broker decides them.
+const CLASSIC_GROUP_ONLY: [&str; 4] = [
+    "partition.assignment.strategy",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "group.protocol.type",
+];
+
 /// The librdkafka properties of one client, with the file they came from.
 #[derive(Clone)]
 pub struct ClientProps {
@@ -251,7 +260,27 @@ impl ClientProps {
         // consumer's own offset store is never used.
         self.props
             .insert("enable.auto.offset.store".into(), "false".into());
-        self.set_default("partition.assignment.strategy", "cooperative-sticky");
+        if self.uses_kip_848_protocol() {
+            // The broker assigns the partitions (KIP-848); librdkafka refuses the classic
+            // protocol's group settings at client creation, so they are refused here by name.
+            for key in CLASSIC_GROUP_ONLY {
+                if self.get(key).is_some() {
+                    return Err(ConfigError::Rejected {
+                        role: self.role,
+                        path: self.path.clone(),
+                        message: format!(
+                            "`{key}` cannot be used with `group.protocol=consumer` (KIP-848): the \
+                             broker sets it for the group (the assignor: `group.remote.assignor` \
+                             = uniform or range; timeouts: the broker's \
+                             group.consumer.* configs). Remove the key, or use \
+                             `group.protocol=classic`"
+                        ),
+                    });
+                }
+            }
+        } else {
+            self.set_default("partition.assignment.strategy", "cooperative-sticky");
+        }
         // A topic that starts matching the whitelist is mirrored from its first record.
         self.set_default("auto.offset.reset", "earliest");
         // A mirror consumes slower than it can fetch, so its prefetch queue fills up; with
@@ -265,6 +294,13 @@ impl ClientProps {
         // throughput over 96 partitions in mirror-bench. The trade-off is in the README.
         self.set_default("queued.min.messages", "10000");
         self.validate()
+    }
+
+    /// Whether the consumer joins its group with the KIP-848 protocol (`group.protocol =
+    /// consumer`), where the broker assigns partitions.
+    pub fn uses_kip_848_protocol(&self) -> bool {
+        self.get("group.protocol")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("consumer"))
     }
 
     /// The producer: acknowledged by all replicas, idempotent, retried for ever.
@@ -636,6 +672,59 @@ mod tests {
             c.get("partition.assignment.strategy"),
             Some("cooperative-sticky")
         );
+    }
+
+    #[test]
+    fn the_kip_848_group_protocol_leaves_the_assignor_to_the_broker() {
+        let mut c = ClientProps::from_pairs(
+            Role::Consumer,
+            "c.toml",
+            [
+                ("bootstrap.servers", "127.0.0.1:1"),
+                ("group.id", "g"),
+                ("group.protocol", "consumer"),
+            ],
+        );
+        c.apply_consumer_rules(true).unwrap();
+        assert_eq!(c.get("partition.assignment.strategy"), None);
+        // librdkafka itself accepts the result (it checks the group protocol's rules when
+        // the client is created, not when each property is set).
+        let consumer: Result<rdkafka::consumer::BaseConsumer, _> = c.client_config().create();
+        assert!(consumer.is_ok(), "{:?}", consumer.err());
+    }
+
+    #[test]
+    fn classic_group_settings_under_the_kip_848_protocol_are_refused_by_name() {
+        for key in [
+            "partition.assignment.strategy",
+            "session.timeout.ms",
+            "heartbeat.interval.ms",
+            "group.protocol.type",
+        ] {
+            let value = match key {
+                "partition.assignment.strategy" => "range",
+                "group.protocol.type" => "consumer",
+                _ => "3000",
+            };
+            let mut c = ClientProps::from_pairs(
+                Role::Consumer,
+                "c.toml",
+                [
+                    ("bootstrap.servers", "127.0.0.1:1"),
+                    ("group.id", "g"),
+                    ("group.protocol", "consumer"),
+                    (key, value),
+                ],
+            );
+            let err = c.apply_consumer_rules(true).unwrap_err().to_string();
+            assert!(
+                err.contains("c.toml")
+                    && err.contains(key)
+                    && err.contains("group.protocol=consumer")
+                    && err.contains("broker"),
+                "{err}"
+            );
+        }
     }
 
     #[test]
