@@ -99,7 +99,8 @@ pub struct MirrorArgs {
     pub producer_config: Option<PathBuf>,
 
     /// Topics to mirror: a regex matched against the whole topic name (as Java's
-    /// `String.matches`). Topics created later that match are picked up while running.
+    /// `String.matches`); as in Java's MirrorMaker, `a,b` means `a|b`, spaces are removed and
+    /// surrounding quotes stripped. Topics created later that match are picked up while running.
     #[arg(
         long = "whitelist",
         visible_alias = "include",
