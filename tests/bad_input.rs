@@ -307,3 +307,27 @@ fn loop_prevention_needs_both_cluster_names() {
     let same_names = [&one_name[..], &["--target.cluster.name", "eu"]].concat();
     assert_refused(&mirror_args(&c, &p, &same_names), &["its own name"]);
 }
+
+#[test]
+fn a_java_class_name_as_a_plugin_is_explained() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    for (flag, class) in [
+        (
+            "--message.handler",
+            "kafka.tools.MirrorMaker$IdentityMessageHandler",
+        ),
+        ("--message.handler", "com.example.MyHandler"),
+        ("--consumer.rebalance.listener", "com.example.MyListener"),
+    ] {
+        assert_refused(
+            &mirror_args(&c, &p, &[flag, class]),
+            &[flag, class, "Java class", "shared librar", "examples/"],
+        );
+    }
+    // A path that does not exist is still reported as a missing file.
+    assert_refused(
+        &mirror_args(&c, &p, &["--message.handler", "./libnone.so"]),
+        &["./libnone.so", "no such file"],
+    );
+}
