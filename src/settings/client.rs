@@ -1,7 +1,8 @@
 //! Client configuration files and the no-data-loss rules.
 //!
 //! Both `--consumer.config` and `--producer.config` hold librdkafka properties. A file ending in
-//! `.properties` is read as a Java properties file (so MirrorMaker users can reuse theirs); any
+//! `.properties` is read as a Java properties file (so MirrorMaker users can reuse theirs), its
+//! Java keys translated by [`super::java`]'s table; any
 //! other file is TOML, whose dotted keys (`bootstrap.servers = "..."`) TOML parses as nested
 //! tables and we flatten back to `bootstrap.servers`.
 //!
@@ -152,12 +153,14 @@ impl ClientProps {
             .extension()
             .is_some_and(|ext| ext.eq_ignore_ascii_case("properties"));
         let props = if is_properties {
-            parse_properties(&text).map_err(|(line, message)| ConfigError::Properties {
-                role,
-                path: path.to_owned(),
-                line,
-                message,
-            })?
+            let java =
+                parse_properties(&text).map_err(|(line, message)| ConfigError::Properties {
+                    role,
+                    path: path.to_owned(),
+                    line,
+                    message,
+                })?;
+            read_java_keys(role, path, &java)?
         } else {
             parse_toml(role, path, &text)?
         };
@@ -380,6 +383,34 @@ impl ClientProps {
         }
         config
     }
+}
+
+/// A `.properties` file's keys as librdkafka properties ([`super::java`]'s rules): each key
+/// ignored is logged once here, at warn; each one read under another name or value at info.
+fn read_java_keys(
+    role: Role,
+    path: &Path,
+    java: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let translated =
+        super::java::translate(java, super::java::librdkafka_knows).map_err(|message| {
+            ConfigError::Rejected {
+                role,
+                path: path.to_owned(),
+                message,
+            }
+        })?;
+    for warning in &translated.warnings {
+        tracing::warn!("{role} config {}: {warning}", path.display());
+    }
+    if !translated.translated.is_empty() {
+        tracing::info!(
+            "{role} config {}: read Java {}",
+            path.display(),
+            translated.translated.join(", ")
+        );
+    }
+    Ok(translated.props)
 }
 
 fn parse_toml(
@@ -725,6 +756,94 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    fn java_file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn jaas_plain_and_scram_credentials_become_sasl_username_and_password() {
+        for module in [
+            "org.apache.kafka.common.security.plain.PlainLoginModule",
+            "org.apache.kafka.common.security.scram.ScramLoginModule",
+        ] {
+            let (_dir, path) = java_file(
+                "consumer.properties",
+                &format!(
+                    "bootstrap.servers=x:1\ngroup.id=g\nsecurity.protocol=SASL_SSL\n\
+                     sasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config={module} required \\\n  \
+                     username=\"alice\" password=\"hunter2;\\\\\\\"x\";\n"
+                ),
+            );
+            let mut props = ClientProps::load(Role::Consumer, &path).unwrap();
+            assert_eq!(props.get("sasl.username"), Some("alice"));
+            assert_eq!(props.get("sasl.password"), Some("hunter2;\"x"));
+            assert_eq!(props.get("sasl.jaas.config"), None);
+            let debug = format!("{props:?}");
+            assert!(
+                !debug.contains("hunter2") && debug.contains("alice"),
+                "{debug}"
+            );
+            props.apply_consumer_rules(true).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_jaas_password_never_appears_in_an_error() {
+        for jaas in [
+            // No username: refused, naming the option, not the password.
+            "org.apache.kafka.common.security.plain.PlainLoginModule required password=\"hunter2\";",
+            // Not closed.
+            "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"a\" password=\"hunter2",
+            "org.example.CustomLoginModule required password=\"hunter2\";",
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientSecret=\"hunter2\";",
+        ] {
+            let (_dir, path) = java_file(
+                "c.properties",
+                &format!("bootstrap.servers=x:1\ngroup.id=g\nsasl.jaas.config={jaas}\n"),
+            );
+            let err = ClientProps::load(Role::Consumer, &path).unwrap_err();
+            let (shown, debug) = (err.to_string(), format!("{err:?}"));
+            assert!(shown.contains("sasl.jaas.config"), "{shown}");
+            assert!(!shown.contains("hunter2") && !debug.contains("hunter2"), "{shown}");
+        }
+        // A librdkafka error after the translation is redacted too.
+        let (_dir, path) = java_file(
+            "c.properties",
+            "bootstrap.servers=x:1\ngroup.id=g\nsasl.mechanism=PLAIN\nsasl.jaas.config=\
+             org.apache.kafka.common.security.plain.PlainLoginModule required username=\"a\" \
+             password=\"hunter2\";\nsocket.timeout.ms=hunter2\n",
+        );
+        let mut props = ClientProps::load(Role::Consumer, &path).unwrap();
+        let err = props.apply_consumer_rules(true).unwrap_err().to_string();
+        assert!(
+            err.contains("socket.timeout.ms") && !err.contains("hunter2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn java_keys_are_read_only_from_properties_files() {
+        // TOML files hold librdkafka's own names: a Java key is refused there.
+        let (_dir, path) = java_file(
+            "c.toml",
+            "bootstrap.servers = \"x:1\"\ngroup.id = \"g\"\nfetch.max.wait.ms = 10\n",
+        );
+        let mut props = ClientProps::load(Role::Consumer, &path).unwrap();
+        let err = props.apply_consumer_rules(true).unwrap_err().to_string();
+        assert!(err.contains("fetch.max.wait.ms"), "{err}");
+        let (_dir, path) = java_file(
+            "c.properties",
+            "bootstrap.servers=x:1\ngroup.id=g\nfetch.max.wait.ms=10\noffsets.storage=kafka\n",
+        );
+        let mut props = ClientProps::load(Role::Consumer, &path).unwrap();
+        assert_eq!(props.get("fetch.wait.max.ms"), Some("10"));
+        assert_eq!(props.get("offsets.storage"), None);
+        props.apply_consumer_rules(true).unwrap();
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod flags;
+pub mod java;
 pub mod routing;
 
 use std::sync::Arc;
