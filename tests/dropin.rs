@@ -76,6 +76,7 @@ fn java_producer_properties(bootstrap: &str) -> String {
          retries=2147483647\n\
          max.block.ms=9223372036854775807\n\
          max.in.flight.requests.per.connection=1\n\
+         delivery.timeout.ms=2147483647\n\
          buffer.memory=33554432\n\
          batch.size=16384\n\
          linger.ms=5\n\

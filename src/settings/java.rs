@@ -115,6 +115,12 @@ pub static RULES: &[Rule] = &[
         "`smallest`/`largest`: pre-0.9 Scala consumer",
     ),
     rule(
+        "delivery.timeout.ms",
+        Values("delivery.timeout.ms", &[("2147483647", "0")]),
+        "Java's largest value, which MirrorMaker deployments set to retry for ever, is \
+         librdkafka's 0 (no timeout)",
+    ),
+    rule(
         "ssl.endpoint.identification.algorithm",
         Values("ssl.endpoint.identification.algorithm", &[("", "none")]),
         "Java's empty value turns host name verification off",
@@ -783,6 +789,8 @@ mod tests {
             (one("auto.offset.reset", "LARGEST"), Props(&[("auto.offset.reset", "latest")])),
             (one("auto.offset.reset", "none"), Props(&[("auto.offset.reset", "error")])),
             (one("auto.offset.reset", "earliest"), Props(&[("auto.offset.reset", "earliest")])),
+            (one("delivery.timeout.ms", "2147483647"), Props(&[("delivery.timeout.ms", "0")])),
+            (one("delivery.timeout.ms", "120000"), Props(&[("delivery.timeout.ms", "120000")])),
             (one("ssl.endpoint.identification.algorithm", ""), Props(&[("ssl.endpoint.identification.algorithm", "none")])),
             (one("ssl.endpoint.identification.algorithm", "https"), Props(&[("ssl.endpoint.identification.algorithm", "https")])),
             (one("client.dns.lookup", "default"), Props(&[("client.dns.lookup", "use_all_dns_ips")])),
