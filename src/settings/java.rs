@@ -715,7 +715,10 @@ pub fn markdown_table() -> String {
             Values(to, values) => {
                 let pairs: Vec<String> = values
                     .iter()
-                    .map(|(java, librdkafka)| format!("`{java}` → `{librdkafka}`"))
+                    .map(|(java, librdkafka)| match *java {
+                        "" => format!("empty → `{librdkafka}`"),
+                        java => format!("`{java}` → `{librdkafka}`"),
+                    })
                     .collect();
                 let name = if to == r.java {
                     "same key".to_owned()
