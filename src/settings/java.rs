@@ -948,6 +948,23 @@ mod tests {
                 _ => {}
             }
         }
+        // Every value a rule writes is one librdkafka takes.
+        let takes = |key: &str, value: &str| {
+            rdkafka::config::ClientConfig::new()
+                .set(key, value)
+                .create_native_config()
+                .is_ok()
+        };
+        for r in RULES {
+            if let Values(to, values) = r.action {
+                for (_, value) in values {
+                    assert!(takes(to, value), "{to} = {value}");
+                }
+            }
+        }
+        for (_, name) in ASSIGNORS {
+            assert!(takes("partition.assignment.strategy", name), "{name}");
+        }
         for to in [
             "ssl.ca.location",
             "ssl.certificate.location",
