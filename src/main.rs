@@ -60,9 +60,11 @@ fn run() -> Result<Outcome, Failure> {
         }
         Err(e) => return Err(usage(one_line_usage_error(&e))),
     };
-    logging::init(match cli.command {
+    logging::init(match &cli.command {
         None => cli.mirror.log_format,
-        Some(_) => LogFormat::Text,
+        Some(Command::Check(args)) => args.log_format,
+        Some(Command::Verify(args)) => args.mirror.log_format,
+        Some(Command::Demo(_)) => LogFormat::Text,
     });
     match cli.command {
         Some(Command::Demo(args)) => match demo::run(&args).map_err(Failure::Runtime)? {

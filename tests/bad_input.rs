@@ -325,3 +325,90 @@ fn loop_prevention_needs_both_cluster_names() {
     let same_names = [&one_name[..], &["--target.cluster.name", "eu"]].concat();
     assert_refused(&mirror_args(&c, &p, &same_names), &["its own name"]);
 }
+
+#[test]
+fn a_java_class_name_as_a_plugin_is_explained() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    for (flag, class) in [
+        (
+            "--message.handler",
+            "kafka.tools.MirrorMaker$IdentityMessageHandler",
+        ),
+        ("--message.handler", "com.example.MyHandler"),
+        ("--consumer.rebalance.listener", "com.example.MyListener"),
+    ] {
+        assert_refused(
+            &mirror_args(&c, &p, &[flag, class]),
+            &[flag, class, "Java class", "shared librar", "examples/"],
+        );
+    }
+    // A path that does not exist is still reported as a missing file.
+    assert_refused(
+        &mirror_args(&c, &p, &["--message.handler", "./libnone.so"]),
+        &["./libnone.so", "no such file"],
+    );
+}
+
+/// A consumer.properties with `bootstrap.servers`, `group.id` and `extra` lines.
+fn java_consumer(dir: &Path, extra: &str) -> String {
+    let c = dir.join("consumer.properties");
+    std::fs::write(
+        &c,
+        format!("bootstrap.servers={NOWHERE}\ngroup.id=g\n{extra}"),
+    )
+    .unwrap();
+    c.display().to_string()
+}
+
+#[test]
+fn a_jks_truststore_is_refused_with_the_pem_settings_to_use() {
+    let dir = tempdir();
+    let (_, p) = good_configs(dir.path());
+    for extra in [
+        "security.protocol=SSL\nssl.truststore.location=/etc/kafka/truststore.jks\nssl.truststore.password=changeit\n",
+        "ssl.truststore.location=/etc/kafka/truststore.p12\nssl.truststore.type=PKCS12\n",
+    ] {
+        let c = java_consumer(dir.path(), extra);
+        assert_refused(
+            &mirror_args(&c, &p, &[]),
+            &["consumer.properties", "ssl.truststore.location", "PEM", "ssl.ca.location"],
+        );
+    }
+    let c = java_consumer(
+        dir.path(),
+        "ssl.keystore.location=/etc/kafka/keystore.jks\nssl.keystore.password=changeit\n",
+    );
+    assert_refused(
+        &mirror_args(&c, &p, &[]),
+        &[
+            "ssl.keystore.location",
+            "JKS",
+            "ssl.certificate.location",
+            "ssl.key.location",
+        ],
+    );
+}
+
+#[test]
+fn other_jaas_login_modules_are_refused_with_the_librdkafka_settings_to_use() {
+    let dir = tempdir();
+    let (_, p) = good_configs(dir.path());
+    for (jaas, needles) in [
+        (
+            "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab=\"/etc/k.keytab\" principal=\"mirror@EXAMPLE.COM\";",
+            &["Kerberos", "sasl.kerberos.principal", "sasl.kerberos.keytab"][..],
+        ),
+        (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientId=\"m\" clientSecret=\"s3cr3t-oauth\";",
+            &["OAUTHBEARER", "sasl.oauthbearer.client.id", "sasl.oauthbearer.token.endpoint.url"][..],
+        ),
+    ] {
+        let c = java_consumer(dir.path(), &format!("sasl.jaas.config={jaas}\n"));
+        let mut all = vec!["consumer.properties", "sasl.jaas.config"];
+        all.extend_from_slice(needles);
+        assert_refused(&mirror_args(&c, &p, &[]), &all);
+        let (out, _) = run(&mirror_args(&c, &p, &[]));
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("s3cr3t"));
+    }
+}

@@ -1,7 +1,8 @@
 //! Client configuration files and the no-data-loss rules.
 //!
 //! Both `--consumer.config` and `--producer.config` hold librdkafka properties. A file ending in
-//! `.properties` is read as a Java properties file (so MirrorMaker users can reuse theirs); any
+//! `.properties` is read as a Java properties file (so MirrorMaker users can reuse theirs), its
+//! Java keys translated by [`super::java`]'s table; any
 //! other file is TOML, whose dotted keys (`bootstrap.servers = "..."`) TOML parses as nested
 //! tables and we flatten back to `bootstrap.servers`.
 //!
@@ -101,6 +102,15 @@ pub fn is_secret_key(key: &str) -> bool {
         || key.contains("key.pem")
 }
 
+/// Group settings of the classic protocol that librdkafka refuses with
+/// `group.protocol = consumer` (KIP-848): the broker decides them.
+const CLASSIC_GROUP_ONLY: [&str; 4] = [
+    "partition.assignment.strategy",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "group.protocol.type",
+];
+
 /// The librdkafka properties of one client, with the file they came from.
 #[derive(Clone)]
 pub struct ClientProps {
@@ -143,12 +153,14 @@ impl ClientProps {
             .extension()
             .is_some_and(|ext| ext.eq_ignore_ascii_case("properties"));
         let props = if is_properties {
-            parse_properties(&text).map_err(|(line, message)| ConfigError::Properties {
-                role,
-                path: path.to_owned(),
-                line,
-                message,
-            })?
+            let java =
+                parse_properties(&text).map_err(|(line, message)| ConfigError::Properties {
+                    role,
+                    path: path.to_owned(),
+                    line,
+                    message,
+                })?;
+            read_java_keys(role, path, &java)?
         } else {
             parse_toml(role, path, &text)?
         };
@@ -257,7 +269,27 @@ impl ClientProps {
         // consumer's own offset store is never used.
         self.props
             .insert("enable.auto.offset.store".into(), "false".into());
-        self.set_default("partition.assignment.strategy", "cooperative-sticky");
+        if self.uses_kip_848_protocol() {
+            // The broker assigns the partitions (KIP-848); librdkafka refuses the classic
+            // protocol's group settings at client creation, so they are refused here by name.
+            for key in CLASSIC_GROUP_ONLY {
+                if self.get(key).is_some() {
+                    return Err(ConfigError::Rejected {
+                        role: self.role,
+                        path: self.path.clone(),
+                        message: format!(
+                            "`{key}` cannot be used with `group.protocol=consumer` (KIP-848): the \
+                             broker sets it for the group (the assignor: `group.remote.assignor` \
+                             = uniform or range; timeouts: the broker's \
+                             group.consumer.* configs). Remove the key, or use \
+                             `group.protocol=classic`"
+                        ),
+                    });
+                }
+            }
+        } else {
+            self.set_default("partition.assignment.strategy", "cooperative-sticky");
+        }
         // A topic that starts matching the whitelist is mirrored from its first record.
         self.set_default("auto.offset.reset", "earliest");
         // A mirror consumes slower than it can fetch, so its prefetch queue fills up; with
@@ -271,6 +303,13 @@ impl ClientProps {
         // throughput over 96 partitions in mirror-bench. The trade-off is in the README.
         self.set_default("queued.min.messages", "10000");
         self.validate()
+    }
+
+    /// Whether the consumer joins its group with the KIP-848 protocol (`group.protocol =
+    /// consumer`), where the broker assigns partitions.
+    pub fn uses_kip_848_protocol(&self) -> bool {
+        self.get("group.protocol")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("consumer"))
     }
 
     /// The producer: acknowledged by all replicas, idempotent, retried for ever.
@@ -350,6 +389,34 @@ impl ClientProps {
         }
         config
     }
+}
+
+/// A `.properties` file's keys as librdkafka properties ([`super::java`]'s rules): each key
+/// ignored is logged once here, at warn; each one read under another name or value at info.
+fn read_java_keys(
+    role: Role,
+    path: &Path,
+    java: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let translated =
+        super::java::translate(java, super::java::librdkafka_knows).map_err(|message| {
+            ConfigError::Rejected {
+                role,
+                path: path.to_owned(),
+                message,
+            }
+        })?;
+    for warning in &translated.warnings {
+        tracing::warn!("{role} config {}: {warning}", path.display());
+    }
+    if !translated.translated.is_empty() {
+        tracing::info!(
+            "{role} config {}: read Java {}",
+            path.display(),
+            translated.translated.join(", ")
+        );
+    }
+    Ok(translated.props)
 }
 
 fn parse_toml(
@@ -642,6 +709,147 @@ mod tests {
             c.get("partition.assignment.strategy"),
             Some("cooperative-sticky")
         );
+    }
+
+    #[test]
+    fn the_kip_848_group_protocol_leaves_the_assignor_to_the_broker() {
+        let mut c = ClientProps::from_pairs(
+            Role::Consumer,
+            "c.toml",
+            [
+                ("bootstrap.servers", "127.0.0.1:1"),
+                ("group.id", "g"),
+                ("group.protocol", "consumer"),
+            ],
+        );
+        c.apply_consumer_rules(true).unwrap();
+        assert_eq!(c.get("partition.assignment.strategy"), None);
+        // librdkafka itself accepts the result (it checks the group protocol's rules when
+        // the client is created, not when each property is set).
+        let consumer: Result<rdkafka::consumer::BaseConsumer, _> = c.client_config().create();
+        assert!(consumer.is_ok(), "{:?}", consumer.err());
+    }
+
+    #[test]
+    fn classic_group_settings_under_the_kip_848_protocol_are_refused_by_name() {
+        for key in [
+            "partition.assignment.strategy",
+            "session.timeout.ms",
+            "heartbeat.interval.ms",
+            "group.protocol.type",
+        ] {
+            let value = match key {
+                "partition.assignment.strategy" => "range",
+                "group.protocol.type" => "consumer",
+                _ => "3000",
+            };
+            let mut c = ClientProps::from_pairs(
+                Role::Consumer,
+                "c.toml",
+                [
+                    ("bootstrap.servers", "127.0.0.1:1"),
+                    ("group.id", "g"),
+                    ("group.protocol", "consumer"),
+                    (key, value),
+                ],
+            );
+            let err = c.apply_consumer_rules(true).unwrap_err().to_string();
+            assert!(
+                err.contains("c.toml")
+                    && err.contains(key)
+                    && err.contains("group.protocol=consumer")
+                    && err.contains("broker"),
+                "{err}"
+            );
+        }
+    }
+
+    fn java_file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn jaas_plain_and_scram_credentials_become_sasl_username_and_password() {
+        for module in [
+            "org.apache.kafka.common.security.plain.PlainLoginModule",
+            "org.apache.kafka.common.security.scram.ScramLoginModule",
+        ] {
+            let (_dir, path) = java_file(
+                "consumer.properties",
+                &format!(
+                    "bootstrap.servers=x:1\ngroup.id=g\nsecurity.protocol=SASL_SSL\n\
+                     sasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config={module} required \\\n  \
+                     username=\"alice\" password=\"hunter2;\\\\\\\"x\";\n"
+                ),
+            );
+            let mut props = ClientProps::load(Role::Consumer, &path).unwrap();
+            assert_eq!(props.get("sasl.username"), Some("alice"));
+            assert_eq!(props.get("sasl.password"), Some("hunter2;\"x"));
+            assert_eq!(props.get("sasl.jaas.config"), None);
+            let debug = format!("{props:?}");
+            assert!(
+                !debug.contains("hunter2") && debug.contains("alice"),
+                "{debug}"
+            );
+            props.apply_consumer_rules(true).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_jaas_password_never_appears_in_an_error() {
+        for jaas in [
+            // No username: refused, naming the option, not the password.
+            "org.apache.kafka.common.security.plain.PlainLoginModule required password=\"hunter2\";",
+            // Not closed.
+            "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"a\" password=\"hunter2",
+            "org.example.CustomLoginModule required password=\"hunter2\";",
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientSecret=\"hunter2\";",
+        ] {
+            let (_dir, path) = java_file(
+                "c.properties",
+                &format!("bootstrap.servers=x:1\ngroup.id=g\nsasl.jaas.config={jaas}\n"),
+            );
+            let err = ClientProps::load(Role::Consumer, &path).unwrap_err();
+            let (shown, debug) = (err.to_string(), format!("{err:?}"));
+            assert!(shown.contains("sasl.jaas.config"), "{shown}");
+            assert!(!shown.contains("hunter2") && !debug.contains("hunter2"), "{shown}");
+        }
+        // A librdkafka error after the translation is redacted too.
+        let (_dir, path) = java_file(
+            "c.properties",
+            "bootstrap.servers=x:1\ngroup.id=g\nsasl.mechanism=PLAIN\nsasl.jaas.config=\
+             org.apache.kafka.common.security.plain.PlainLoginModule required username=\"a\" \
+             password=\"hunter2\";\nsocket.timeout.ms=hunter2\n",
+        );
+        let mut props = ClientProps::load(Role::Consumer, &path).unwrap();
+        let err = props.apply_consumer_rules(true).unwrap_err().to_string();
+        assert!(
+            err.contains("socket.timeout.ms") && !err.contains("hunter2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn java_keys_are_read_only_from_properties_files() {
+        // TOML files hold librdkafka's own names: a Java key is refused there.
+        let (_dir, path) = java_file(
+            "c.toml",
+            "bootstrap.servers = \"x:1\"\ngroup.id = \"g\"\nfetch.max.wait.ms = 10\n",
+        );
+        let mut props = ClientProps::load(Role::Consumer, &path).unwrap();
+        let err = props.apply_consumer_rules(true).unwrap_err().to_string();
+        assert!(err.contains("fetch.max.wait.ms"), "{err}");
+        let (_dir, path) = java_file(
+            "c.properties",
+            "bootstrap.servers=x:1\ngroup.id=g\nfetch.max.wait.ms=10\noffsets.storage=kafka\n",
+        );
+        let mut props = ClientProps::load(Role::Consumer, &path).unwrap();
+        assert_eq!(props.get("fetch.wait.max.ms"), Some("10"));
+        assert_eq!(props.get("offsets.storage"), None);
+        props.apply_consumer_rules(true).unwrap();
     }
 
     #[test]

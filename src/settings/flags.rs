@@ -38,24 +38,20 @@ pub enum Command {
     /// target topic; exit 0 if a mirror with the same flags would find everything it needs,
     /// 1 with each problem explained, 2 for bad usage. Use it as ExecStartPre.
     Check(Box<MirrorArgs>),
-    /// Compare source topics with their mirror record by record. Exit 0 if nothing is missing,
+    /// Compare source topics with their mirror record by record; takes the mirror's flags
+    /// unchanged (--target.topic, --partitioning, --loop.prevention decide what is compared). Exit 0 if nothing is missing,
     /// changed, out of order or misplaced (duplicates are reported, not failures), 1 otherwise.
-    Verify(VerifyArgs),
+    Verify(Box<VerifyArgs>),
 }
 
+/// `verify` takes the mirror's command line unchanged (its flags after `verify`): the configs,
+/// `--whitelist`, `--target.topic`, `--partitioning` and `--loop.prevention` decide what is
+/// compared; flags that only shape a running mirror (`--num.streams`, ...) are accepted and
+/// ignored.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// The mirror's consumer config (source cluster; its group.id for --until committed).
-    #[arg(long = "consumer.config", value_name = "FILE")]
-    pub consumer_config: PathBuf,
-
-    /// The mirror's producer config (target cluster).
-    #[arg(long = "producer.config", value_name = "FILE")]
-    pub producer_config: PathBuf,
-
-    /// Source topics to check (the whole name must match, as for the mirror).
-    #[arg(long = "whitelist", visible_alias = "include", value_name = "REGEX")]
-    pub whitelist: String,
+    #[command(flatten)]
+    pub mirror: MirrorArgs,
 
     /// Check from this source offset in every partition (default: the beginning).
     #[arg(
@@ -72,10 +68,6 @@ pub struct VerifyArgs {
     /// Check up to the source's end, or up to what the mirror committed (a live mirror).
     #[arg(long = "until", value_enum, default_value_t = Until::End)]
     pub until: Until,
-
-    /// As the mirror's --partitioning: with preserve, records must sit in the same partition.
-    #[arg(long = "partitioning", value_enum, default_value_t = Partitioning::Preserve)]
-    pub partitioning: Partitioning,
 
     /// Give up when a cluster sends nothing for this long while records are due.
     #[arg(long = "timeout.ms", value_name = "MS", default_value_t = 30_000)]
@@ -99,7 +91,8 @@ pub struct MirrorArgs {
     pub producer_config: Option<PathBuf>,
 
     /// Topics to mirror: a regex matched against the whole topic name (as Java's
-    /// `String.matches`). Topics created later that match are picked up while running.
+    /// `String.matches`); as in Java's MirrorMaker, `a,b` means `a|b`, spaces are removed and
+    /// surrounding quotes stripped. Topics created later that match are picked up while running.
     #[arg(
         long = "whitelist",
         visible_alias = "include",

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod flags;
+pub mod java;
 pub mod routing;
 
 use std::sync::Arc;
@@ -136,9 +137,11 @@ impl Settings {
         }
         // Plugins last: loading runs their code, so only once everything else is valid.
         if let Some(path) = &args.message_handler {
+            refuse_java_class("--message.handler", "message handler", path)?;
             settings.handler = Some(HandlerPlugin::load(path, &args.message_handler_args)?);
         }
         if let Some(path) = &args.rebalance_listener {
+            refuse_java_class("--consumer.rebalance.listener", "rebalance listener", path)?;
             settings.listener = Some(ListenerPlugin::load(path, &args.rebalance_listener_args)?);
         }
         Ok(settings)
@@ -238,6 +241,43 @@ impl Default for SettingsOptions {
             startup_timeout: Duration::from_millis(defaults::STARTUP_TIMEOUT_MS),
         }
     }
+}
+
+/// A plugin flag given what Java's MirrorMaker took there, a class name
+/// (`kafka.tools.MirrorMaker$IdentityMessageHandler`, `com.example.MyHandler`), is explained:
+/// here plugins are shared libraries. A name counts as a class name when no such file exists
+/// and it is dotted Java identifiers without a path separator or a library extension.
+fn refuse_java_class(flag: &str, kind: &str, path: &std::path::Path) -> Result<(), SettingsError> {
+    let text = path.to_string_lossy();
+    let identifier = |part: &str| {
+        part.chars()
+            .next()
+            .is_some_and(|c| c.is_alphabetic() || c == '_' || c == '$')
+            && part
+                .chars()
+                .all(|c| c.is_alphanumeric() || c == '_' || c == '$')
+    };
+    let library = [".so", ".dylib", ".dll"]
+        .iter()
+        .any(|ext| text.ends_with(ext) || text.contains(&format!("{ext}.")));
+    let class_like = !text.contains('/')
+        && !library
+        && (text.contains('.') || text.contains('$'))
+        && text.split('.').all(identifier);
+    if !class_like || path.exists() {
+        return Ok(());
+    }
+    Err(SettingsError::Usage(format!(
+        "{flag} {text} looks like a Java class name; mirror-maker cannot run Java code: a \
+         {kind} here is a shared library (.so) built against its plugin ABI. Build one from the \
+         examples in examples/ (Rust or C, see examples/README.md) and give its path, e.g. \
+         {flag} /opt/mirror/lib{example}.so; leave the flag out to copy records unchanged",
+        example = if flag == "--message.handler" {
+            "rename_handler"
+        } else {
+            "recording_listener"
+        }
+    )))
 }
 
 fn parse_or(props: &ClientProps, key: &str, default: usize) -> Result<usize, SettingsError> {

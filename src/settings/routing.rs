@@ -16,15 +16,14 @@ pub struct TopicFilter {
 }
 
 impl TopicFilter {
-    pub fn new(pattern: &str) -> Result<TopicFilter, SettingsError> {
+    /// Reads `--whitelist` as Java MirrorMaker's `TopicFilter` did (see [`java_whitelist`]).
+    pub fn new(given: &str) -> Result<TopicFilter, SettingsError> {
+        let pattern = java_whitelist(given);
         let regex = Regex::new(&format!("^(?:{pattern})$")).map_err(|e| SettingsError::Regex {
-            pattern: pattern.to_owned(),
+            pattern: given.to_owned(),
             message: one_line_regex_error(&e),
         })?;
-        Ok(TopicFilter {
-            pattern: pattern.to_owned(),
-            regex,
-        })
+        Ok(TopicFilter { pattern, regex })
     }
 
     /// Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) are never
@@ -33,6 +32,7 @@ impl TopicFilter {
         !topic.starts_with("__") && self.regex.is_match(topic)
     }
 
+    /// The regex matched against topic names (after [`java_whitelist`]).
     pub fn pattern(&self) -> &str {
         &self.pattern
     }
@@ -53,6 +53,54 @@ impl TopicFilter {
         topics.sort();
         topics
     }
+}
+
+/// `--whitelist` as Java MirrorMaker's `TopicFilter` read it: surrounding quotes stripped
+/// (a properties file or a script may keep them), spaces removed (topic names have none), and
+/// a comma-separated list made an alternation (`orders,payments` is `orders|payments`; topic
+/// names have no commas). Unlike Java, which replaced every comma, a comma between the braces
+/// of a counted repetition (`[0-9]{1,3}`) stays part of the quantifier.
+pub fn java_whitelist(given: &str) -> String {
+    let unquoted = given
+        .trim()
+        .trim_start_matches(['"', '\''])
+        .trim_end_matches(['"', '\'']);
+    let chars: Vec<char> = unquoted.chars().filter(|c| *c != ' ').collect();
+    let mut out = String::with_capacity(chars.len());
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => {
+                // An escape and the character it escapes are copied as they are.
+                out.extend(&chars[i..(i + 2).min(chars.len())]);
+                i += 2;
+                continue;
+            }
+            '{' => {
+                if let Some(len) = repetition_len(&chars[i..]) {
+                    out.extend(&chars[i..i + len]);
+                    i += len;
+                    continue;
+                }
+                out.push('{');
+            }
+            ',' => out.push('|'),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The length of a counted repetition (`{n}`, `{n,}`, `{n,m}`, `{,m}`) at the start of `s`.
+fn repetition_len(s: &[char]) -> Option<usize> {
+    let close = s.iter().position(|c| *c == '}')?;
+    let inside = &s[1..close];
+    let counted = !inside.is_empty()
+        && inside.iter().all(|c| c.is_ascii_digit() || *c == ',')
+        && inside.iter().filter(|c| **c == ',').count() <= 1
+        && inside.iter().any(char::is_ascii_digit);
+    counted.then_some(close + 1)
 }
 
 fn one_line_regex_error(e: &regex::Error) -> String {
@@ -225,6 +273,43 @@ mod tests {
         assert!(!TopicFilter::new(".*")
             .unwrap()
             .matches("__consumer_offsets"));
+    }
+
+    #[test]
+    fn a_java_style_comma_list_is_an_alternation() {
+        // As Java MirrorMaker's TopicFilter: commas are alternatives, spaces are removed,
+        // surrounding quotes (a properties file or a shell script's) are stripped.
+        for given in [
+            "orders,payments",
+            "orders, payments",
+            " orders , payments ",
+            "'orders,payments'",
+            "\"orders,payments\"",
+            "\"'orders, payments'\"",
+        ] {
+            let f = TopicFilter::new(given).unwrap();
+            assert!(f.matches("orders") && f.matches("payments"), "{given:?}");
+            assert!(!f.matches("orders,payments"), "{given:?}");
+            assert!(!f.matches("refunds"), "{given:?}");
+            assert_eq!(f.pattern(), "orders|payments", "{given:?}");
+        }
+        let f = TopicFilter::new("orders.*,payments").unwrap();
+        assert!(f.matches("orders.eu") && f.matches("payments") && !f.matches("payments.eu"));
+    }
+
+    #[test]
+    fn a_comma_inside_a_repetition_quantifier_stays_a_quantifier() {
+        // Java's TopicFilter turns every comma into `|`, which breaks `{1,3}`; here a comma
+        // between the braces of a counted repetition is left alone.
+        let f = TopicFilter::new("t[0-9]{1,3}").unwrap();
+        assert!(f.matches("t1") && f.matches("t123") && !f.matches("t1234"));
+        assert_eq!(f.pattern(), "t[0-9]{1,3}");
+        let f = TopicFilter::new("a{2,},b{0,1}x").unwrap();
+        assert!(f.matches("aa") && f.matches("aaa") && f.matches("x") && f.matches("bx"));
+        assert!(!f.matches("a") && !f.matches("bbx"));
+        // An escaped brace is a literal, not a quantifier: the comma after it separates.
+        let f = TopicFilter::new(r"a\{1,b").unwrap();
+        assert_eq!(f.pattern(), r"a\{1|b");
     }
 
     #[test]

@@ -14,8 +14,16 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Headers, Message, Timestamp};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use crate::settings::routing::PROVENANCE_HEADER;
+
 /// The fingerprint of one record's content.
 pub fn fingerprint<M: Message>(m: &M) -> u64 {
+    fingerprint_stamped(m, None)
+}
+
+/// As [`fingerprint`], of a mirrored record whose last header is the provenance header naming
+/// `stamp` (`--loop.prevention`): that header is left out, so the copy matches its source.
+pub fn fingerprint_stamped<M: Message>(m: &M, stamp: Option<&str>) -> u64 {
     let mut h = DefaultHasher::new();
     m.key().hash(&mut h);
     m.payload().hash(&mut h);
@@ -25,7 +33,14 @@ pub fn fingerprint<M: Message>(m: &M) -> u64 {
     }
     .hash(&mut h);
     if let Some(headers) = m.headers() {
-        for header in headers.iter() {
+        let mut count = headers.count();
+        if let (Some(stamp), Some(last)) = (stamp, count.checked_sub(1)) {
+            let header = headers.get(last);
+            if header.key == PROVENANCE_HEADER && header.value == Some(stamp.as_bytes()) {
+                count = last;
+            }
+        }
+        for header in headers.iter().take(count) {
             header.key.hash(&mut h);
             header.value.hash(&mut h);
         }
@@ -54,8 +69,29 @@ pub fn read_records(
     read_partition_as(bootstrap, topic, partition, timeout, |m| OwnedRecord::of(m))
 }
 
+/// The context of the readers: reaching the end of a partition, which they ask librdkafka to
+/// report (`enable.partition.eof`), is not an error. An end reported after the reader stopped
+/// waiting for that partition reaches the client's error callback as a "global" error; it is
+/// logged at debug, every other error as librdkafka's default context does.
+pub struct ReaderContext;
+
+impl rdkafka::ClientContext for ReaderContext {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+        if matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF)) {
+            tracing::debug!("librdkafka: end of partition: {reason}");
+        } else {
+            tracing::error!("librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for ReaderContext {}
+
 /// A consumer for reading partitions by assignment (it never commits).
-fn reader(bootstrap: &str) -> anyhow::Result<BaseConsumer> {
+pub type Reader = BaseConsumer<ReaderContext>;
+
+fn reader(bootstrap: &str) -> anyhow::Result<Reader> {
     reader_from(
         ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
@@ -63,20 +99,20 @@ fn reader(bootstrap: &str) -> anyhow::Result<BaseConsumer> {
     )
 }
 
-pub fn reader_from(mut config: ClientConfig) -> anyhow::Result<BaseConsumer> {
+pub fn reader_from(mut config: ClientConfig) -> anyhow::Result<Reader> {
     Ok(config
         .set("group.id", "mirror-maker-verify")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "10")
         .set("log_level", "3")
-        .create()?)
+        .create_with_context(ReaderContext)?)
 }
 
 /// Reads `topic`'s partitions over `[start, end)` each, calling `f(partition, message)` in
 /// order per partition. Fails if nothing arrives for `idle` while records are still due.
 pub fn scan(
-    consumer: &BaseConsumer,
+    consumer: &Reader,
     topic: &str,
     ranges: &[(i32, i64, i64)],
     idle: Duration,

@@ -8,10 +8,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::compare::{fingerprint, reader_from, scan};
+use super::compare::{fingerprint, fingerprint_stamped, reader_from, scan, Reader};
 use crate::settings::client::{ClientProps, Role};
 use crate::settings::flags::{Partitioning, Until, VerifyArgs};
-use crate::settings::routing::TopicFilter;
+use crate::settings::routing::{Provenance, TopicFilter, TopicTemplate};
 use crate::settings::SettingsError;
 
 /// Where each source partition's checked range starts.
@@ -29,6 +29,11 @@ pub struct Verification {
     pub source: ClientProps,
     pub target: ClientProps,
     pub topics: TopicFilter,
+    /// `--target.topic`: where each source topic's records are on the target.
+    pub target_topic: TopicTemplate,
+    /// `--loop.prevention`: the source cluster's name, which the mirror appended to every
+    /// record as its provenance header (left out of the target records' comparison).
+    pub stamp: Option<String>,
     pub from: Start,
     pub until: Until,
     /// Whether records must sit in the same partition number on the target.
@@ -37,9 +42,26 @@ pub struct Verification {
 }
 
 impl Verification {
+    /// From the mirror's own flags: its configs, `--whitelist`, `--target.topic`,
+    /// `--partitioning` and `--loop.prevention` (the provenance header its records carry).
     pub fn from_args(args: &VerifyArgs) -> Result<Verification, SettingsError> {
-        let source = ClientProps::load(Role::Consumer, &args.consumer_config)?;
-        let target = ClientProps::load(Role::Producer, &args.producer_config)?;
+        let m = &args.mirror;
+        let missing = |flag: &str| SettingsError::Usage(format!("{flag} is required"));
+        let topics = TopicFilter::new(
+            m.whitelist
+                .as_deref()
+                .ok_or_else(|| missing("--whitelist"))?,
+        )?;
+        let consumer_config = m.consumer_config.as_deref();
+        let producer_config = m.producer_config.as_deref();
+        let source = ClientProps::load(
+            Role::Consumer,
+            consumer_config.ok_or_else(|| missing("--consumer.config"))?,
+        )?;
+        let target = ClientProps::load(
+            Role::Producer,
+            producer_config.ok_or_else(|| missing("--producer.config"))?,
+        )?;
         for props in [&source, &target] {
             if props.get("bootstrap.servers").is_none() {
                 return Err(SettingsError::Usage(format!(
@@ -49,17 +71,36 @@ impl Verification {
                 )));
             }
         }
+        let target_topic = TopicTemplate::parse(&m.target_topic).map_err(SettingsError::Usage)?;
+        let provenance = m
+            .loop_prevention
+            .then(|| {
+                Provenance::new(
+                    m.source_cluster_name.as_deref(),
+                    m.target_cluster_name.as_deref(),
+                )
+            })
+            .transpose()
+            .map_err(SettingsError::Usage)?;
+        if m.message_handler.is_some() {
+            tracing::warn!(
+                "verify does not run --message.handler: records the handler changed, dropped or \
+                 added are reported as changed or missing"
+            );
+        }
         Ok(Verification {
             source,
             target,
-            topics: TopicFilter::new(&args.whitelist)?,
+            topics,
+            target_topic,
+            stamp: provenance.map(|p| p.source),
             from: match (args.from_offset, args.from_time) {
                 (Some(o), _) => Start::Offset(o),
                 (None, Some(t)) => Start::Time(t),
                 (None, None) => Start::Beginning,
             },
             until: args.until,
-            preserve: args.partitioning == Partitioning::Preserve,
+            preserve: m.partitioning == Partitioning::Preserve,
             idle_timeout: Duration::from_millis(args.timeout_ms),
         })
     }
@@ -122,7 +163,7 @@ struct Seen {
     copies: u32,
 }
 
-/// Compares every matching source topic with the target topic of the same name.
+/// Compares every matching source topic with its target topic (`--target.topic`).
 pub fn verify(v: &Verification) -> anyhow::Result<Report> {
     use anyhow::Context;
     let source = reader_from(v.source.connection_config())?;
@@ -156,15 +197,15 @@ pub fn verify(v: &Verification) -> anyhow::Result<Report> {
 
 fn verify_topic(
     v: &Verification,
-    source: &BaseConsumer,
-    target: &BaseConsumer,
+    source: &Reader,
+    target: &Reader,
     topic: &str,
     mut partitions: Vec<i32>,
 ) -> anyhow::Result<TopicReport> {
     partitions.sort_unstable();
     let (ranges, mut reports) = checked_ranges(v, source, topic, &partitions)?;
     let mut seen = index_source(v, source, topic, &ranges, &partitions, &mut reports)?;
-    let target_topic = topic.to_owned();
+    let target_topic = v.target_topic.render(topic);
     let mut report = TopicReport {
         topic: topic.to_owned(),
         target_topic: target_topic.clone(),
@@ -195,7 +236,7 @@ type Watermarks = (i32, i64, i64);
 /// checked (`--from.*` to `--until`).
 fn checked_ranges(
     v: &Verification,
-    source: &BaseConsumer,
+    source: &Reader,
     topic: &str,
     partitions: &[i32],
 ) -> anyhow::Result<(Vec<Watermarks>, Vec<PartitionReport>)> {
@@ -233,7 +274,7 @@ fn checked_ranges(
 /// records and offset gaps into `reports`.
 fn index_source(
     v: &Verification,
-    source: &BaseConsumer,
+    source: &Reader,
     topic: &str,
     ranges: &[Watermarks],
     partitions: &[i32],
@@ -271,7 +312,7 @@ fn index_source(
 /// `seen`, and changed, misplaced and out-of-order records into the reports.
 fn check_target(
     v: &Verification,
-    target: &BaseConsumer,
+    target: &Reader,
     target_topic: &str,
     seen: &mut HashMap<u64, Seen>,
     partitions: &[i32],
@@ -298,7 +339,7 @@ fn check_target(
     let mut order: HashMap<(i32, i32), i64> = HashMap::new();
     scan(target, target_topic, &target_ranges, timeout, |tp, m| {
         report.target_records += 1;
-        let Some(e) = seen.get_mut(&fingerprint(m)) else {
+        let Some(e) = seen.get_mut(&fingerprint_stamped(m, v.stamp.as_deref())) else {
             report.changed += 1;
             return;
         };
@@ -354,7 +395,7 @@ fn committed_offsets(
 }
 
 fn offset_for_time(
-    consumer: &BaseConsumer,
+    consumer: &Reader,
     topic: &str,
     partition: i32,
     time: i64,
