@@ -92,8 +92,18 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A random Kafka cluster id: 16 bytes, base64url without padding (22 characters).
+/// A random Kafka cluster id: 16 bytes, base64url without padding (22 characters), not
+/// starting with '-' (the storage tool would take it for an option).
 fn cluster_id() -> String {
+    loop {
+        let id = random_uuid_base64();
+        if !id.starts_with('-') {
+            return id;
+        }
+    }
+}
+
+fn random_uuid_base64() -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut bytes = [0u8; 16];
     let mut f = std::fs::File::open("/dev/urandom").expect("/dev/urandom");
