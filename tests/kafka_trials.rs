@@ -40,9 +40,8 @@ fn send(p: &BaseProducer, topic: &str, partition: i32, r: &Record) {
             value: v.as_deref(),
         });
     }
-    let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
-        .partition(partition)
-        .headers(headers);
+    let mut record: BaseRecord<'_, [u8], [u8]> =
+        BaseRecord::to(topic).partition(partition).headers(headers);
     if let Some(t) = r.timestamp {
         record = record.timestamp(t);
     }
@@ -177,8 +176,8 @@ fn a_three_node_cluster_survives_a_killed_node() {
 /// null-valued headers, empty header names and values, explicit CreateTime timestamps
 /// (including 0 and one far in the future).
 fn odd_records() -> Vec<Record> {
-    let r = |key: Option<&[u8]>, value: Option<&[u8]>, headers: &[(&str, Option<&[u8]>)], t| {
-        Record {
+    let r =
+        |key: Option<&[u8]>, value: Option<&[u8]>, headers: &[(&str, Option<&[u8]>)], t| Record {
             key: key.map(<[u8]>::to_vec),
             value: value.map(<[u8]>::to_vec),
             headers: headers
@@ -186,8 +185,7 @@ fn odd_records() -> Vec<Record> {
                 .map(|(k, v)| ((*k).to_owned(), v.map(<[u8]>::to_vec)))
                 .collect(),
             timestamp: Some(t),
-        }
-    };
+        };
     vec![
         r(None, None, &[], 1_600_000_000_000),
         r(Some(b""), Some(b""), &[], 1_600_000_000_001),
@@ -205,9 +203,19 @@ fn odd_records() -> Vec<Record> {
             ],
             1,
         ),
-        r(Some(&[0, 255, 0]), Some(&[0; 3000]), &[("bin", Some(&[0, 1, 255]))], 0),
+        r(
+            Some(&[0, 255, 0]),
+            Some(&[0; 3000]),
+            &[("bin", Some(&[0, 1, 255]))],
+            0,
+        ),
         r(Some(b"late"), Some(b"clock"), &[], 1_900_000_000_000),
-        r(Some(b"earlier"), Some(b"than the one before"), &[], 1_600_000_000_000),
+        r(
+            Some(b"earlier"),
+            Some(b"than the one before"),
+            &[],
+            1_600_000_000_000,
+        ),
     ]
 }
 
@@ -245,7 +253,11 @@ fn fidelity(version: KafkaVersion) {
         let s = pair.source_records(p);
         let t = pair.target_records(p);
         assert_eq!(s.len() as i64, end[p as usize]);
-        assert!(s == t, "partition {p} differs: {}", first_difference(&s, &t));
+        assert!(
+            s == t,
+            "partition {p} differs: {}",
+            first_difference(&s, &t)
+        );
         checked += s.len();
         source_codecs.extend(
             pair.source
@@ -259,8 +271,7 @@ fn fidelity(version: KafkaVersion) {
             "the target's batches are not all zstd: {target_batches:?}"
         );
     }
-    let expected: std::collections::BTreeSet<_> =
-        ["none", "gzip", "snappy", "lz4", "zstd"].into();
+    let expected: std::collections::BTreeSet<_> = ["none", "gzip", "snappy", "lz4", "zstd"].into();
     assert_eq!(source_codecs, expected);
     eprintln!(
         "TRIAL fidelity kafka {}: {checked} records (odd fields, source batches {:?}, target zstd) \
@@ -410,10 +421,16 @@ fn a_record_at_the_target_topics_max_message_bytes_is_mirrored() {
         .iter()
         .map(|b| b.size)
         .collect();
-    assert!(sizes.contains(&LIMIT), "no batch of {LIMIT} bytes: {sizes:?}");
+    assert!(
+        sizes.contains(&LIMIT),
+        "no batch of {LIMIT} bytes: {sizes:?}"
+    );
     let mut mirror = pair.start(
         &[("fetch.message.max.bytes", "1048576")],
-        &[("message.max.bytes", "1000000"), ("compression.type", "none")],
+        &[
+            ("message.max.bytes", "1000000"),
+            ("compression.type", "none"),
+        ],
         &["--offset.commit.interval.ms", "300"],
     );
     wait_caught_up(&mut mirror, &pair);
@@ -481,7 +498,10 @@ fn hard_kills_during_a_steady_load_lose_nothing() {
     let pair = KafkaPair::new(KAFKA_4, TOPIC, PARTITIONS);
     pair.write(0..20_000);
     let trickle = pair.trickle(20_000, 100);
-    let consumer = [("session.timeout.ms", "2000"), ("heartbeat.interval.ms", "300")];
+    let consumer = [
+        ("session.timeout.ms", "2000"),
+        ("heartbeat.interval.ms", "300"),
+    ];
     let args = ["--offset.commit.interval.ms", "200"];
     let mut rng = Rng(0x5eed_1234_abcd_0011);
     let started = Instant::now();
@@ -513,7 +533,13 @@ fn hard_kills_during_a_steady_load_lose_nothing() {
     );
     assert_eq!((c.source, c.lost, c.changed), (written, 0, 0), "{c:?}");
     // Progress between kills: the trial killed a mirror that was copying, not one idle.
-    assert!(committed_at_kills.windows(2).filter(|w| w[1] > w[0]).count() >= KILLS / 2);
+    assert!(
+        committed_at_kills
+            .windows(2)
+            .filter(|w| w[1] > w[0])
+            .count()
+            >= KILLS / 2
+    );
 }
 
 /// Three mirror processes in one group, stopped with SIGTERM and started again in turns while
@@ -655,7 +681,11 @@ fn transactional_source(check_lag: bool) {
         for i in 0..PER_TRANSACTION {
             let r = Record {
                 key: Some(format!("t{t}-{i}").into_bytes()),
-                value: Some(if aborted { b"aborted".to_vec() } else { b"committed".to_vec() }),
+                value: Some(if aborted {
+                    b"aborted".to_vec()
+                } else {
+                    b"committed".to_vec()
+                }),
                 headers: vec![],
                 timestamp: Some(1_700_000_000_000 + (t * PER_TRANSACTION + i) as i64),
             };
@@ -670,17 +700,26 @@ fn transactional_source(check_lag: bool) {
         }
     }
     let mut mirror = pair.start(&[], &[], &["--offset.commit.interval.ms", "300"]);
-    wait_until(Duration::from_secs(60), "the committed records on the target", || {
-        (0..PARTITIONS)
-            .map(|p| {
-                // Nothing yet while the mirror has not created the target topic.
-                mirror_maker::verify::read_partition(&pair.dst(), TOPIC, p, Duration::from_secs(5))
+    wait_until(
+        Duration::from_secs(60),
+        "the committed records on the target",
+        || {
+            (0..PARTITIONS)
+                .map(|p| {
+                    // Nothing yet while the mirror has not created the target topic.
+                    mirror_maker::verify::read_partition(
+                        &pair.dst(),
+                        TOPIC,
+                        p,
+                        Duration::from_secs(5),
+                    )
                     .map_or(0, |r| r.len() as u64)
-            })
-            .sum::<u64>()
-            >= committed_records
-            || !mirror.is_running()
-    });
+                })
+                .sum::<u64>()
+                >= committed_records
+                || !mirror.is_running()
+        },
+    );
     let end = pair.end_offsets();
     // A few commit intervals for the commits to reach the end.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -694,7 +733,8 @@ fn transactional_source(check_lag: bool) {
     for part in 0..PARTITIONS {
         let t = pair.target_records(part);
         assert!(
-            t.iter().all(|r| r.value.as_deref() == Some(&b"committed"[..])),
+            t.iter()
+                .all(|r| r.value.as_deref() == Some(&b"committed"[..])),
             "an aborted record reached the target"
         );
         let s = pair.source_records(part);
@@ -716,7 +756,10 @@ fn transactional_source(check_lag: bool) {
         started.elapsed().as_secs_f64()
     );
     if check_lag {
-        assert_eq!(committed, end, "lag 0: committed offsets at each partition's end");
+        assert_eq!(
+            committed, end,
+            "lag 0: committed offsets at each partition's end"
+        );
         assert_eq!(after_stop, end);
     }
 }
@@ -811,9 +854,8 @@ fn compacted_source(freeze: bool) {
     write_keyed(&pair.src(), 0..10, KEYS, PARTITIONS);
     // The cleaner leaves the active segment alone: one more write rolls the last round's.
     write_keyed(&pair.src(), 10..11, 1, PARTITIONS);
-    let count = |pair: &KafkaPair| -> usize {
-        (0..PARTITIONS).map(|p| pair.source_records(p).len()).sum()
-    };
+    let count =
+        |pair: &KafkaPair| -> usize { (0..PARTITIONS).map(|p| pair.source_records(p).len()).sum() };
     let end_before: i64 = pair.end_offsets().iter().sum();
     wait_until(Duration::from_secs(60), "the cleaner to compact", || {
         (count(&pair) as i64) < end_before / 2
@@ -832,9 +874,8 @@ fn compacted_source(freeze: bool) {
         let mut configs = COMPACTED.to_vec();
         configs.retain(|(k, _)| *k != "segment.ms");
         configs.push(("segment.ms", "604800000"));
-        let mut alter = rdkafka::admin::AlterConfig::new(
-            rdkafka::admin::ResourceSpecifier::Topic(TOPIC),
-        );
+        let mut alter =
+            rdkafka::admin::AlterConfig::new(rdkafka::admin::ResourceSpecifier::Topic(TOPIC));
         for (k, v) in &configs {
             alter = alter.set(k, v);
         }
@@ -865,14 +906,24 @@ fn compacted_source(freeze: bool) {
         "TRIAL compacted kafka 4.4.0 (cleaner {}): {} records left of offsets 0..{end_before} at \
          the first run; end offsets {end:?} after the restart, {} source records then; verify: \
          {totals}, {:.0} s",
-        if freeze { "stopped after the first run" } else { "running throughout" },
+        if freeze {
+            "stopped after the first run"
+        } else {
+            "running throughout"
+        },
         left,
         count(&pair),
         started.elapsed().as_secs_f64()
     );
     assert_eq!(pair.committed(), end);
     assert_eq!(code, Some(0), "verify failed: {json}\n{stderr}");
-    for k in ["missing", "changed", "duplicated", "out_of_order", "misplaced"] {
+    for k in [
+        "missing",
+        "changed",
+        "duplicated",
+        "out_of_order",
+        "misplaced",
+    ] {
         assert_eq!(totals[k].as_u64(), Some(0), "{k}: {json}");
     }
 }

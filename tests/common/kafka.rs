@@ -19,7 +19,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 
 use super::{
-    admin, block_on, compare_topic, committed, mirror_configs, records, tempdir, wait_committed,
+    admin, block_on, committed, compare_topic, mirror_configs, records, tempdir, wait_committed,
     write_samples, Comparison, Mirror, Trickle,
 };
 
@@ -232,7 +232,10 @@ impl KafkaCluster {
                 ),
                 ("log.dirs", node.dir.join("data").display().to_string()),
                 ("offsets.topic.replication.factor", replication.clone()),
-                ("transaction.state.log.replication.factor", replication.clone()),
+                (
+                    "transaction.state.log.replication.factor",
+                    replication.clone(),
+                ),
                 ("transaction.state.log.min.isr", min_isr.clone()),
                 // Fewer internal partitions: the first group or transaction of a test creates
                 // them, and 50 of each take seconds on 2 cores.
