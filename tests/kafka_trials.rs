@@ -594,7 +594,7 @@ fn clean_hand_overs(version: KafkaVersion, consumer: &[(&str, &str)], exact: boo
         bounces += 1;
         std::thread::sleep(Duration::from_millis(500));
         let old = std::mem::replace(&mut mirrors[i], start(&pair));
-        print_log_if_failing(&format!("mirror {i} before bounce {bounces}"), old.log());
+        print_log_if_asked(&format!("mirror {i} before bounce {bounces}"), old.log());
         wait_until(
             Duration::from_secs(60),
             "the restarted mirror to get partitions",
@@ -628,8 +628,8 @@ fn clean_hand_overs(version: KafkaVersion, consumer: &[(&str, &str)], exact: boo
     assert!(c.in_order, "{c:?}");
 }
 
-/// Keeps the logs of stopped mirrors where a failing hand-over trial can show them.
-fn print_log_if_failing(name: &str, log: String) {
+/// Prints a mirror's whole log when `KAFKA_TRIALS_LOGS` is set (to study a trial's run).
+fn print_log_if_asked(name: &str, log: String) {
     if std::env::var_os("KAFKA_TRIALS_LOGS").is_some() {
         eprintln!("--- {name} log:\n{log}");
     }
@@ -1059,7 +1059,7 @@ fn a_source_broker_killed_and_restarted_mid_copy_loses_nothing() {
         c.summary(),
         started.elapsed().as_secs_f64()
     );
-    print_log_if_failing("the mirror", mirror.log());
+    print_log_if_asked("the mirror", mirror.log());
     assert_eq!((c.source, c.lost, c.changed), (RECORDS, 0, 0), "{c:?}");
 }
 
