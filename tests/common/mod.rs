@@ -2,6 +2,8 @@
 //! the mirror binary as a child process, and what tests read back (committed offsets, records).
 #![allow(dead_code, unused_imports)]
 
+pub mod kafka;
+
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,818 @@
+//! Apache Kafka as a test peer: KRaft clusters of combined broker+controller nodes, run from
+//! the jars that `scripts/kafka-jars` collects from Maven Central (poms in `kafka/`).
+//!
+//! Every JVM is started from one long-lived spawner thread with `PR_SET_PDEATHSIG = SIGKILL`,
+//! so the kernel kills it when the test process dies, however it dies (a panic, SIGKILL, ^C).
+//! [`KafkaCluster`]'s drop SIGKILLs and reaps its JVMs; a failed test keeps the cluster's
+//! folder (configs and broker logs) and prints where it is.
+
+use std::io::{BufRead, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::ClientConfig;
+
+use super::{
+    admin, block_on, committed, compare_topic, mirror_configs, records, tempdir, wait_committed,
+    write_samples, Comparison, Mirror, Trickle,
+};
+
+/// A pinned Apache Kafka version (a pom `kafka/pom-VERSION.xml` exists for each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KafkaVersion {
+    /// The newest 3.9.x: the last line with the Java MirrorMaker 1.
+    V3_9,
+    /// The newest 4.x: KIP-848's consumer group protocol is generally available.
+    V4,
+}
+
+pub const KAFKA_3: KafkaVersion = KafkaVersion::V3_9;
+pub const KAFKA_4: KafkaVersion = KafkaVersion::V4;
+
+impl KafkaVersion {
+    pub fn version(self) -> &'static str {
+        match self {
+            KafkaVersion::V3_9 => "3.9.2",
+            KafkaVersion::V4 => "4.4.0",
+        }
+    }
+
+    /// The folder of this version's jars, fetched by `scripts/kafka-jars` when absent (the
+    /// script returns at once when they are there).
+    pub fn libs(self) -> PathBuf {
+        static FETCH: Mutex<()> = Mutex::new(());
+        let _one_at_a_time = FETCH.lock().unwrap_or_else(|e| e.into_inner());
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka-jars");
+        let out = Command::new(&script)
+            .arg(self.version())
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "scripts/kafka-jars {} failed (needs mvn and Maven Central; ./scripts/test installs \
+             maven and a JRE)",
+            self.version()
+        );
+        let libs = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        assert!(libs.is_dir(), "{} is not a folder", libs.display());
+        libs
+    }
+}
+
+/// One combined broker+controller node.
+struct Node {
+    id: i32,
+    port: u16,
+    controller_port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+/// A KRaft cluster of `n` combined broker+controller nodes on loopback ports.
+pub struct KafkaCluster {
+    pub version: KafkaVersion,
+    libs: PathBuf,
+    nodes: Vec<Node>,
+    dir: Option<tempfile::TempDir>,
+    /// How long [`KafkaCluster::start`] took, formatting included.
+    pub startup: Duration,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A random Kafka cluster id: 16 bytes, base64url without padding (22 characters), not
+/// starting with '-' (the storage tool would take it for an option).
+fn cluster_id() -> String {
+    loop {
+        let id = random_uuid_base64();
+        if !id.starts_with('-') {
+            return id;
+        }
+    }
+}
+
+fn random_uuid_base64() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut bytes = [0u8; 16];
+    let mut f = std::fs::File::open("/dev/urandom").expect("/dev/urandom");
+    std::io::Read::read_exact(&mut f, &mut bytes).expect("random bytes");
+    let mut bits = u128::from_be_bytes(bytes);
+    // 22 characters carry 132 bits: the last one holds 2 bits of the value and 4 zero bits.
+    let mut out = vec![0u8; 22];
+    out[21] = ALPHABET[((bits & 0b11) << 4) as usize];
+    bits >>= 2;
+    for c in out[..21].iter_mut().rev() {
+        *c = ALPHABET[(bits & 63) as usize];
+        bits >>= 6;
+    }
+    String::from_utf8(out).expect("ASCII")
+}
+
+/// Spawns `cmd` so that the kernel SIGKILLs it when this process dies.
+///
+/// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the process,
+/// so every JVM is forked by one spawner thread that lives as long as the process (its
+/// channel's sender is in a static and never dropped).
+pub fn spawn_tied_to_this_process(mut cmd: Command) -> std::io::Result<Child> {
+    type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
+    // functions (prctl, getppid, _exit).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let sender = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("jvm-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("starting the spawner thread");
+        Mutex::new(tx)
+    });
+    let (reply, answer) = mpsc::channel();
+    sender
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send((cmd, reply))
+        .expect("the spawner thread runs");
+    answer.recv().expect("the spawner thread answers")
+}
+
+/// The last `n` lines of a file (for failure messages).
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl KafkaCluster {
+    /// A cluster of `brokers` nodes with the test defaults (see [`KafkaCluster::start_with`]).
+    pub fn start(version: KafkaVersion, brokers: usize) -> KafkaCluster {
+        KafkaCluster::start_with(version, brokers, &[])
+    }
+
+    /// A cluster of `brokers` nodes; `extra` server properties override the defaults.
+    pub fn start_with(
+        version: KafkaVersion,
+        brokers: usize,
+        extra: &[(&str, &str)],
+    ) -> KafkaCluster {
+        assert!(brokers >= 1);
+        let started = Instant::now();
+        let libs = version.libs();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("kafka-{}-", version.version()))
+            .tempdir()
+            .expect("a temporary directory");
+        let nodes: Vec<Node> = (1..=brokers as i32)
+            .map(|id| Node {
+                id,
+                port: free_port(),
+                controller_port: free_port(),
+                dir: dir.path().join(format!("node-{id}")),
+                child: None,
+            })
+            .collect();
+        let voters = nodes
+            .iter()
+            .map(|n| format!("{}@127.0.0.1:{}", n.id, n.controller_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let replication = brokers.min(3).to_string();
+        let min_isr = brokers.min(2).to_string();
+        let id = cluster_id();
+        for node in &nodes {
+            std::fs::create_dir_all(node.dir.join("data")).expect("a node folder");
+            let mut props: Vec<(String, String)> = [
+                ("process.roles", "broker,controller".to_owned()),
+                ("node.id", node.id.to_string()),
+                ("controller.quorum.voters", voters.clone()),
+                (
+                    "listeners",
+                    format!(
+                        "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
+                        node.port, node.controller_port
+                    ),
+                ),
+                (
+                    "advertised.listeners",
+                    format!("PLAINTEXT://127.0.0.1:{}", node.port),
+                ),
+                ("controller.listener.names", "CONTROLLER".to_owned()),
+                ("inter.broker.listener.name", "PLAINTEXT".to_owned()),
+                (
+                    "listener.security.protocol.map",
+                    "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".to_owned(),
+                ),
+                ("log.dirs", node.dir.join("data").display().to_string()),
+                ("offsets.topic.replication.factor", replication.clone()),
+                (
+                    "transaction.state.log.replication.factor",
+                    replication.clone(),
+                ),
+                ("transaction.state.log.min.isr", min_isr.clone()),
+                // Fewer internal partitions: the first group or transaction of a test creates
+                // them, and 50 of each take seconds on 2 cores.
+                ("offsets.topic.num.partitions", "4".to_owned()),
+                ("transaction.state.log.num.partitions", "4".to_owned()),
+                ("group.initial.rebalance.delay.ms", "0".to_owned()),
+                // Lets trials that kill mirrors use short sessions (Kafka's floor is 6 s).
+                ("group.min.session.timeout.ms", "1000".to_owned()),
+                // The sample records carry timestamps from 2023: time-based retention would
+                // delete them (the first check runs 30 s after start).
+                ("log.retention.ms", "-1".to_owned()),
+                // Kafka 4.4 refuses (INVALID_TIMESTAMP, the whole batch) a record stamped more
+                // than an hour ahead of its clock and, as seen, one stamped 0; the fidelity
+                // trials write both. 3.9's defaults are these already.
+                ("log.message.timestamp.after.max.ms", i64::MAX.to_string()),
+                ("log.message.timestamp.before.max.ms", i64::MAX.to_string()),
+                ("num.network.threads", "2".to_owned()),
+                ("num.io.threads", "4".to_owned()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+            for (k, v) in extra {
+                props.retain(|(key, _)| key != k);
+                props.push(((*k).to_owned(), (*v).to_owned()));
+            }
+            let text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+            std::fs::write(node.dir.join("server.properties"), text).expect("server.properties");
+            let log = node.dir.join("server.log");
+            // 3.9 logs through reload4j, 4.x through log4j2: each reads its own file.
+            std::fs::write(
+                node.dir.join("log4j.properties"),
+                format!(
+                    "log4j.rootLogger=INFO, file\n\
+                     log4j.appender.file=org.apache.log4j.FileAppender\n\
+                     log4j.appender.file.File={}\n\
+                     log4j.appender.file.layout=org.apache.log4j.PatternLayout\n\
+                     log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n",
+                    log.display()
+                ),
+            )
+            .expect("log4j.properties");
+            std::fs::write(
+                node.dir.join("log4j2.properties"),
+                format!(
+                    "status = warn\n\
+                     appender.file.type = File\n\
+                     appender.file.name = file\n\
+                     appender.file.fileName = {}\n\
+                     appender.file.layout.type = PatternLayout\n\
+                     appender.file.layout.pattern = [%d] %p %m (%c)%n\n\
+                     rootLogger.level = info\n\
+                     rootLogger.appenderRef.file.ref = file\n",
+                    log.display()
+                ),
+            )
+            .expect("log4j2.properties");
+            let mut format = java(&libs, &node.dir);
+            format
+                .args(["kafka.tools.StorageTool", "format", "-t", &id, "-c"])
+                .arg(node.dir.join("server.properties"));
+            let out = format
+                .stdin(Stdio::null())
+                .output()
+                .expect("running the JVM (java)");
+            assert!(
+                out.status.success(),
+                "formatting node {}'s storage failed: {}{}",
+                node.id,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let mut cluster = KafkaCluster {
+            version,
+            libs,
+            nodes,
+            dir: Some(dir),
+            startup: Duration::ZERO,
+        };
+        for i in 0..brokers {
+            cluster.spawn(i);
+        }
+        cluster.wait_ready(Duration::from_secs(90));
+        cluster.startup = started.elapsed();
+        eprintln!(
+            "kafka {} cluster of {brokers} at {} started in {:.1} s ({})",
+            version.version(),
+            cluster.bootstrap(),
+            cluster.startup.as_secs_f64(),
+            cluster.dir().display()
+        );
+        cluster
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir.as_ref().expect("the cluster's folder").path()
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        assert!(node.child.is_none(), "node {} runs already", node.id);
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(node.dir.join("stdout.log"))
+            .expect("stdout.log");
+        let mut cmd = java(&self.libs, &node.dir);
+        cmd.arg("kafka.Kafka")
+            .arg(node.dir.join("server.properties"))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("stdout.log"))
+            .stderr(out);
+        node.child = Some(spawn_tied_to_this_process(cmd).expect("starting the JVM (java)"));
+    }
+
+    /// Waits until every node answers and a metadata request lists all brokers.
+    fn wait_ready(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let client = self.client();
+        loop {
+            for node in &mut self.nodes {
+                if let Some(child) = node.child.as_mut() {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        panic!(
+                            "kafka node {} exited at start ({status}); stdout:\n{}\nserver.log:\n{}",
+                            node.id,
+                            tail(&node.dir.join("stdout.log"), 30),
+                            tail(&node.dir.join("server.log"), 30)
+                        );
+                    }
+                }
+            }
+            let listening = self
+                .nodes
+                .iter()
+                .filter(|n| n.child.is_some())
+                .all(|n| TcpStream::connect(("127.0.0.1", n.port)).is_ok());
+            if listening {
+                if let Ok(md) = client.fetch_metadata(None, Duration::from_secs(2)) {
+                    let up = self.nodes.iter().filter(|n| n.child.is_some()).count();
+                    if md.brokers().len() >= up {
+                        return;
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kafka {} did not answer within {timeout:?} (logs in {})",
+                self.version.version(),
+                self.dir().display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn client(&self) -> BaseConsumer {
+        ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap())
+            .set("log_level", "0")
+            .create()
+            .expect("a metadata client")
+    }
+
+    /// `host:port` of every broker, comma-separated.
+    pub fn bootstrap(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The process ids of the running JVMs.
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.child.as_ref().map(Child::id))
+            .collect()
+    }
+
+    /// SIGKILLs node `node` (1-based, as `node.id`) and reaps it.
+    pub fn kill(&mut self, node: i32) {
+        let n = &mut self.nodes[(node - 1) as usize];
+        let mut child = n.child.take().expect("the node runs");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Starts node `node` again with its properties and data; waits until it answers.
+    pub fn restart(&mut self, node: i32) {
+        self.spawn((node - 1) as usize);
+        self.wait_ready(Duration::from_secs(90));
+    }
+
+    /// Creates a topic and waits until every partition has a leader.
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication: i32,
+        configs: &[(&str, &str)],
+    ) {
+        let mut new_topic = NewTopic::new(name, partitions, TopicReplication::Fixed(replication));
+        for (k, v) in configs {
+            new_topic = new_topic.set(k, v);
+        }
+        let results = block_on(admin(&self.bootstrap()).create_topics(
+            &[new_topic],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        ))
+        .expect("CreateTopics");
+        for r in results {
+            r.unwrap_or_else(|(t, e)| panic!("creating {t}: {e}"));
+        }
+        self.wait_for_leaders(name, partitions);
+    }
+
+    /// Waits until metadata shows `topic` with `partitions` partitions, each with a leader.
+    pub fn wait_for_leaders(&self, topic: &str, partitions: i32) {
+        let client = self.client();
+        super::wait_until(
+            Duration::from_secs(30),
+            &format!("leaders for {topic}"),
+            || {
+                client
+                    .fetch_metadata(Some(topic), Duration::from_secs(2))
+                    .is_ok_and(|md| {
+                        md.topics().first().is_some_and(|t| {
+                            t.error().is_none()
+                                && t.partitions().len() == partitions as usize
+                                && t.partitions().iter().all(|p| p.leader() >= 0)
+                        })
+                    })
+            },
+        );
+    }
+
+    /// The partitions of a topic whose in-sync replicas number fewer than `replicas`.
+    pub fn under_replicated(&self, topic: &str, replicas: usize) -> Vec<i32> {
+        let md = self
+            .client()
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .expect("metadata");
+        md.topics()
+            .first()
+            .map(|t| {
+                t.partitions()
+                    .iter()
+                    .filter(|p| p.isr().len() < replicas)
+                    .map(|p| p.id())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The record batches of `topic`/`partition` as stored in node 1's segment files, read
+    /// straight from disk (independent of any client).
+    pub fn stored_batches(&self, topic: &str, partition: i32) -> Vec<StoredBatch> {
+        let dir = self.nodes[0]
+            .dir
+            .join("data")
+            .join(format!("{topic}-{partition}"));
+        let mut segments: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        segments.sort();
+        let mut out = Vec::new();
+        for segment in segments {
+            let bytes = std::fs::read(&segment).expect("a segment file");
+            let mut pos = 0;
+            // RecordBatch v2: baseOffset i64, batchLength i32, partitionLeaderEpoch i32,
+            // magic i8, crc u32, attributes i16, lastOffsetDelta i32, ...
+            while pos + 23 <= bytes.len() {
+                let base_offset = i64::from_be_bytes(bytes[pos..pos + 8].try_into().unwrap());
+                let length =
+                    i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
+                if length == 0 || pos + 12 + length > bytes.len() {
+                    break;
+                }
+                let attributes = u16::from_be_bytes(bytes[pos + 21..pos + 23].try_into().unwrap());
+                let last_delta =
+                    i32::from_be_bytes(bytes[pos + 23..pos + 27].try_into().unwrap()) as i64;
+                out.push(StoredBatch {
+                    base_offset,
+                    last_offset: base_offset + last_delta,
+                    size: 12 + length,
+                    codec: ["none", "gzip", "snappy", "lz4", "zstd"]
+                        .get((attributes & 7) as usize)
+                        .copied()
+                        .unwrap_or("?"),
+                    log_append_time: attributes & 8 != 0,
+                    transactional: attributes & 16 != 0,
+                    control: attributes & 32 != 0,
+                });
+                pos += 12 + length;
+            }
+        }
+        out
+    }
+
+    /// The last `lines` lines of every node's server log.
+    pub fn logs(&self, lines: usize) -> String {
+        self.nodes
+            .iter()
+            .map(|n| {
+                format!(
+                    "--- node {} server.log\n{}\n",
+                    n.id,
+                    tail(&n.dir.join("server.log"), lines)
+                )
+            })
+            .collect()
+    }
+}
+
+/// One record batch as a broker stored it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredBatch {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// Bytes on disk, the batch header included (what `max.message.bytes` limits).
+    pub size: usize,
+    pub codec: &'static str,
+    pub log_append_time: bool,
+    pub transactional: bool,
+    pub control: bool,
+}
+
+/// `java` (or `$JAVA`) with a small heap and start-up-friendly flags, Kafka's jars on the class
+/// path and the node's logging configs.
+fn java(libs: &Path, node_dir: &Path) -> Command {
+    let mut cmd = Command::new(std::env::var_os("JAVA").unwrap_or_else(|| "java".into()));
+    cmd.args([
+        "-Xmx384m",
+        "-Xms64m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-XX:-UsePerfData",
+        "-Djava.awt.headless=true",
+    ])
+    .arg(format!(
+        "-Dlog4j.configuration=file:{}",
+        node_dir.join("log4j.properties").display()
+    ))
+    .arg(format!(
+        "-Dlog4j2.configurationFile={}",
+        node_dir.join("log4j2.properties").display()
+    ))
+    .arg("-cp")
+    .arg(format!("{}/*", libs.display()));
+    cmd
+}
+
+impl Drop for KafkaCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        if std::thread::panicking() {
+            if let Some(dir) = self.dir.take() {
+                let kept = dir.keep();
+                eprintln!(
+                    "kafka {} cluster's configs and logs kept in {}",
+                    self.version.version(),
+                    kept.display()
+                );
+            }
+        }
+    }
+}
+
+/// A source and a target cluster of one Kafka version, each with `topic` in `partitions`
+/// partitions (started side by side).
+pub struct KafkaPair {
+    pub source: KafkaCluster,
+    pub target: KafkaCluster,
+    pub topic: &'static str,
+    pub partitions: i32,
+}
+
+impl KafkaPair {
+    /// One broker each; the source topic created, the target topic left to the mirror.
+    pub fn new(version: KafkaVersion, topic: &'static str, partitions: i32) -> KafkaPair {
+        KafkaPair::with(version, 1, &[], topic, partitions, &[])
+    }
+
+    /// `target_brokers` target nodes, `broker_extra` server properties on both clusters (the
+    /// target has `auto.create.topics.enable=false` unless `broker_extra` says otherwise); the
+    /// source topic created with these topic configs.
+    pub fn with(
+        version: KafkaVersion,
+        target_brokers: usize,
+        broker_extra: &[(&str, &str)],
+        topic: &'static str,
+        partitions: i32,
+        source_topic_configs: &[(&str, &str)],
+    ) -> KafkaPair {
+        // Until the mirror stops its metadata requests from auto-creating target topics (see
+        // `a_target_with_auto_create_gets_the_source_partitions`), the target creates none.
+        let mut target_extra = vec![("auto.create.topics.enable", "false")];
+        target_extra.retain(|(k, _)| !broker_extra.iter().any(|(e, _)| e == k));
+        target_extra.extend_from_slice(broker_extra);
+        let (source, target) = std::thread::scope(|s| {
+            let target =
+                s.spawn(|| KafkaCluster::start_with(version, target_brokers, &target_extra));
+            let source = KafkaCluster::start_with(version, 1, broker_extra);
+            (source, target.join().expect("starting the target cluster"))
+        });
+        source.create_topic(topic, partitions, 1, source_topic_configs);
+        KafkaPair {
+            source,
+            target,
+            topic,
+            partitions,
+        }
+    }
+
+    pub fn src(&self) -> String {
+        self.source.bootstrap()
+    }
+
+    pub fn dst(&self) -> String {
+        self.target.bootstrap()
+    }
+
+    /// Writes sample records `range` (see `mirror_maker::demo::sample`) into the source topic.
+    pub fn write(&self, range: std::ops::Range<u64>) {
+        write_samples(&self.src(), self.topic, range, self.partitions, 100)
+            .expect("writing samples");
+    }
+
+    /// Starts writing sample records from index `from` in the background, `batch` at a time.
+    pub fn trickle(&self, from: u64, batch: u64) -> Trickle {
+        Trickle::start(
+            &self.src(),
+            self.topic,
+            self.partitions,
+            from,
+            batch,
+            Duration::from_millis(20),
+        )
+    }
+
+    pub fn compare(&self) -> Comparison {
+        compare_topic(&self.src(), &self.dst(), self.topic, self.partitions).expect("comparing")
+    }
+
+    pub fn committed(&self) -> Vec<i64> {
+        committed(&self.src(), self.topic, self.partitions)
+    }
+
+    pub fn source_records(&self, partition: i32) -> Vec<mirror_maker::verify::Record> {
+        records(&self.src(), self.topic, partition)
+    }
+
+    pub fn target_records(&self, partition: i32) -> Vec<mirror_maker::verify::Record> {
+        records(&self.dst(), self.topic, partition)
+    }
+
+    /// Starts a mirror of the source topic with these client settings and flags.
+    pub fn start(
+        &self,
+        consumer_extra: &[(&str, &str)],
+        producer_extra: &[(&str, &str)],
+        args: &[&str],
+    ) -> Mirror {
+        let dir = tempdir();
+        let (c, p) = mirror_configs(
+            dir.path(),
+            &self.src(),
+            &self.dst(),
+            consumer_extra,
+            producer_extra,
+        );
+        let mut mirror = Mirror::start(&c, &p, self.topic, args);
+        mirror._configs = Some(dir);
+        mirror
+    }
+
+    /// Starts a mirror with exactly these client configs (no test defaults added; `group.id`
+    /// is [`super::GROUP`] unless given).
+    pub fn start_exact(
+        &self,
+        consumer: &[(&str, &str)],
+        producer: &[(&str, &str)],
+        args: &[&str],
+    ) -> Mirror {
+        let dir = tempdir();
+        let mut consumer = consumer.to_vec();
+        if !consumer.iter().any(|(k, _)| *k == "group.id") {
+            consumer.push(("group.id", super::GROUP));
+        }
+        let c = super::write_config(dir.path(), "consumer.toml", &self.src(), &consumer);
+        let p = super::write_config(dir.path(), "producer.toml", &self.dst(), producer);
+        let mut mirror = Mirror::start(&c, &p, self.topic, args);
+        mirror._configs = Some(dir);
+        mirror
+    }
+
+    /// The source topic's end offsets (high watermarks), per partition.
+    pub fn end_offsets(&self) -> Vec<i64> {
+        end_offsets(&self.src(), self.topic, self.partitions)
+    }
+
+    /// Runs a mirror with `args` until `expected` source offsets are committed, then stops it
+    /// cleanly (exit 0 asserted).
+    pub fn mirror_until_committed(&self, args: &[&str], expected: i64) {
+        let mut all = vec!["--offset.commit.interval.ms", "300"];
+        all.extend_from_slice(args);
+        let mut mirror = self.start(&[], &[], &all);
+        wait_committed(
+            &mut mirror,
+            &self.src(),
+            self.topic,
+            self.partitions,
+            expected,
+        );
+        assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    }
+}
+
+/// The end offsets (high watermarks) of partitions `0..partitions` of `topic`.
+pub fn end_offsets(bootstrap: &str, topic: &str, partitions: i32) -> Vec<i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("log_level", "3")
+        .create()
+        .expect("a consumer");
+    (0..partitions)
+        .map(|p| {
+            consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(10))
+                .expect("watermarks")
+                .1
+        })
+        .collect()
+}
+
+/// Reads lines from a child's stdout until one starts with `prefix`; returns the rest of it.
+pub fn read_line_starting(
+    reader: &mut impl BufRead,
+    prefix: &str,
+    timeout: Duration,
+) -> Option<String> {
+    let deadline = Instant::now() + timeout;
+    let mut line = String::new();
+    while Instant::now() < deadline {
+        line.clear();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        if let Some(rest) = line.trim_end().strip_prefix(prefix) {
+            return Some(rest.to_owned());
+        }
+    }
+    None
+}
+
+/// Whether process `pid` is gone (or a zombie waiting to be reaped).
+pub fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Prints a line to stdout at once (for a parent process that reads it).
+pub fn announce(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
