@@ -15,7 +15,7 @@ use rdkafka::ClientConfig;
 use common::kafka::*;
 use common::*;
 
-use mirror_maker::verify::Record;
+use mirror_maker::tools::compare::OwnedRecord as Record;
 
 const TOPIC: &str = "orders";
 
@@ -496,10 +496,10 @@ fn compare_each(pair: &KafkaPair) -> Comparison {
     };
     for p in 0..pair.partitions {
         let read = |bootstrap: &str| {
-            mirror_maker::verify::read_partition(bootstrap, pair.topic, p, Duration::from_secs(60))
+            mirror_maker::tools::compare::read_partition(bootstrap, pair.topic, p, Duration::from_secs(60))
                 .expect("reading a partition")
         };
-        let c = mirror_maker::verify::compare(&read(&pair.src()), &read(&pair.dst()));
+        let c = mirror_maker::tools::compare::compare(&read(&pair.src()), &read(&pair.dst()));
         assert!(
             c.lost == 0 && c.changed == 0 && c.in_order,
             "partition {p}: {c:?}"
@@ -728,7 +728,7 @@ fn transactional_source(check_lag: bool) {
             (0..PARTITIONS)
                 .map(|p| {
                     // Nothing yet while the mirror has not created the target topic.
-                    mirror_maker::verify::read_partition(
+                    mirror_maker::tools::compare::read_partition(
                         &pair.dst(),
                         TOPIC,
                         p,

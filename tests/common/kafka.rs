@@ -125,6 +125,7 @@ fn random_uuid_base64() -> String {
 /// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the process,
 /// so every JVM is forked by one spawner thread that lives as long as the process (its
 /// channel's sender is in a static and never dropped).
+#[allow(unsafe_code)] // pre_exec: the harness's one FFI edge
 pub fn spawn_tied_to_this_process(mut cmd: Command) -> std::io::Result<Child> {
     type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
@@ -667,7 +668,7 @@ impl KafkaPair {
         self.target.bootstrap()
     }
 
-    /// Writes sample records `range` (see `mirror_maker::demo::sample`) into the source topic.
+    /// Writes sample records `range` (see `mirror_maker::tools::demo::sample`) into the source topic.
     pub fn write(&self, range: std::ops::Range<u64>) {
         write_samples(&self.src(), self.topic, range, self.partitions, 100)
             .expect("writing samples");
@@ -693,11 +694,11 @@ impl KafkaPair {
         committed(&self.src(), self.topic, self.partitions)
     }
 
-    pub fn source_records(&self, partition: i32) -> Vec<mirror_maker::verify::Record> {
+    pub fn source_records(&self, partition: i32) -> Vec<mirror_maker::tools::compare::OwnedRecord> {
         records(&self.src(), self.topic, partition)
     }
 
-    pub fn target_records(&self, partition: i32) -> Vec<mirror_maker::verify::Record> {
+    pub fn target_records(&self, partition: i32) -> Vec<mirror_maker::tools::compare::OwnedRecord> {
         records(&self.dst(), self.topic, partition)
     }
 
