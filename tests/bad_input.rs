@@ -1,13 +1,11 @@
 //! Every bad input gets one clear line naming what is wrong, and exit 2, within a second,
 //! before any broker is contacted (the configs point at a closed port).
 
-mod common;
-
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::{binary, tempdir, write_config};
+use mirror_test_harness::{binary, tempdir, write_config};
 
 const NOWHERE: &str = "127.0.0.1:1";
 

@@ -2,8 +2,6 @@
 //! checked as far as it can be: the systemd unit with systemd's own verifier, the compose file
 //! and Dockerfile by reading them, the example configs by loading them as a mirror would.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -26,7 +24,7 @@ fn the_systemd_unit_passes_systemds_verifier() {
     assert!(unit.contains("WatchdogSec="));
     assert!(unit.contains("RestartPreventExitStatus=2"));
     // The verifier wants the binaries to exist: point them at the one just built.
-    let dir = common::tempdir();
+    let dir = mirror_test_harness::tempdir();
     let path = dir.path().join("mirror-maker.service");
     std::fs::write(
         &path,
@@ -52,7 +50,7 @@ fn the_systemd_unit_passes_systemds_verifier() {
 #[test]
 fn the_systemd_verifier_catches_a_broken_unit() {
     // So that the test above cannot pass by the verifier saying nothing at all.
-    let dir = common::tempdir();
+    let dir = mirror_test_harness::tempdir();
     let path = dir.path().join("mirror-maker.service");
     let broken = read("config/mirror-maker.service")
         .replace(

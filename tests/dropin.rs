@@ -1,9 +1,7 @@
 //! Drop-in for Java MirrorMaker users, on librdkafka's mock clusters: the settings a Java
 //! deployment brings (its `.properties` files, its flags) and the KIP-848 group protocol.
 
-mod common;
-
-use common::*;
+use mirror_test_harness::*;
 
 const TOPIC: &str = "orders";
 

@@ -2,8 +2,6 @@
 //! from Maven Central's jars (see `tests/common/kafka.rs`). Each trial asserts its guarantee
 //! and prints a `TRIAL` line with its figures for the README.
 
-mod common;
-
 use std::io::BufReader;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,8 +10,8 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
-use common::kafka::*;
-use common::*;
+use mirror_test_harness::kafka::*;
+use mirror_test_harness::*;
 
 use mirror_maker::tools::compare::OwnedRecord as Record;
 

@@ -1,15 +1,13 @@
 //! The mirror's guarantees, proved against librdkafka's mock clusters (real Kafka protocol,
 //! in this process) with the real binary in a child process.
 
-mod common;
-
 use std::time::Duration;
 
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::ClientConfig;
 
-use common::*;
+use mirror_test_harness::*;
 
 const TOPIC: &str = "orders";
 

@@ -1,11 +1,9 @@
 //! Running it in production: metrics and health over HTTP, progress and JSON log lines, and
 //! secrets kept out of every output.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use mirror_test_harness::*;
 
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 4;

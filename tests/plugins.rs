@@ -1,14 +1,12 @@
 //! User plugins: each example changes exactly what it should; a failing plugin stops the
 //! mirror without losing anything; a bad library is refused before anything is consumed.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mirror_maker::tools::compare::OwnedRecord as Record;
 
-use common::*;
+use mirror_test_harness::*;
 
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 2;

@@ -2,14 +2,12 @@
 //! one as the target. tansu's high watermarks are wrong (tests/README.md), so completion is
 //! judged from committed offsets and records are read until quiet.
 
-mod common;
-
 use std::time::Duration;
 
 use mirror_maker::tools::compare::{read_until_quiet, OwnedRecord as Record};
 use mirror_maker::tools::demo::sample;
 
-use common::*;
+use mirror_test_harness::*;
 
 const TOPIC: &str = "events";
 const PARTITIONS: i32 = 2;

@@ -2,13 +2,11 @@
 //! hostile input. Each prints the figures the README's "Guarantees and how we test them"
 //! section reports. Seeds are fixed so a failure can be replayed.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
-use common::*;
+use mirror_test_harness::*;
 
 const TOPIC: &str = "orders";
 

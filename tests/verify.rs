@@ -1,14 +1,12 @@
 //! `mirror-maker verify` against deliberately broken mirrors: each kind of damage is found and
 //! counted, and an intact or live mirror passes.
 
-mod common;
-
 use std::process::Output;
 
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
-use common::*;
+use mirror_test_harness::*;
 
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 2;

@@ -48,7 +48,7 @@ impl KafkaVersion {
     pub fn libs(self) -> PathBuf {
         static FETCH: Mutex<()> = Mutex::new(());
         let _one_at_a_time = FETCH.lock().unwrap_or_else(|e| e.into_inner());
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka-jars");
+        let script = super::workspace_root().join("scripts/kafka-jars");
         let out = Command::new(&script)
             .arg(self.version())
             .stderr(Stdio::inherit())

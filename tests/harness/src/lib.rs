@@ -1,6 +1,7 @@
-//! Shared harness: clusters (librdkafka mock in this process, or tansu brokers), config files,
-//! the mirror binary as a child process, and what tests read back (committed offsets, records).
-#![allow(dead_code, unused_imports)]
+//! The end-to-end tests' shared harness: clusters (librdkafka's mock in the test process,
+//! tansu brokers, Apache Kafka in [`kafka`]), config files, the mirror binary as a child
+//! process, and what tests read back (committed offsets, records). A crate of its own, so
+//! that each test file uses what it needs and nothing is compiled as dead code.
 
 pub mod kafka;
 
@@ -71,8 +72,24 @@ pub struct Mirror {
     pub _configs: Option<tempfile::TempDir>,
 }
 
+/// The repository's root (this crate lives in tests/harness).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The `mirror-maker` binary cargo built for the running test: next to the test executable's
+/// `deps` folder.
+pub fn mirror_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("a test executable in <target>/<profile>/deps");
+    dir.join("mirror-maker")
+}
+
 pub fn binary() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_mirror-maker"))
+    Command::new(mirror_binary())
 }
 
 impl Mirror {
@@ -391,7 +408,7 @@ impl Drop for Tansu {
 pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+        .unwrap_or_else(|| workspace_root().join("target"))
 }
 
 /// Builds a plugin crate of the workspace and returns its shared library.
@@ -399,7 +416,7 @@ pub fn build_plugin(package: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .args(["build", "--quiet", "-p", package])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(workspace_root())
         .status()
         .expect("running cargo build");
     assert!(status.success(), "building plugin {package} failed");
@@ -412,7 +429,8 @@ pub fn build_plugin(package: &str) -> PathBuf {
 
 /// Builds the C example handler with the system C compiler; `defines` are `-D` flags.
 pub fn build_c_handler(name: &str, defines: &[&str]) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = workspace_root();
+    let root = root.as_path();
     let out_dir = target_dir().join("c-plugins");
     std::fs::create_dir_all(&out_dir).expect("creating target/c-plugins");
     let lib = out_dir.join(format!("lib{name}.so"));
