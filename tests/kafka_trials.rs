@@ -666,10 +666,6 @@ fn clean_hand_overs_with_cooperative_sticky_are_exact_on_kafka_3() {
 /// KIP-848: the broker assigns partitions; the client sets none of the classic protocol's
 /// timing or assignor settings.
 #[test]
-#[ignore = "defect: the mirror sets partition.assignment.strategy=cooperative-sticky by default, \
-            which librdkafka refuses with group.protocol=consumer: 'cannot create the source \
-            consumer: `partition.assignment.strategy` is not supported for \
-            `group.protocol=consumer`'; exit 1"]
 fn clean_hand_overs_with_the_consumer_group_protocol_are_exact() {
     clean_hand_overs(
         KAFKA_4,
@@ -792,10 +788,6 @@ fn a_transactional_source_is_mirrored_committed_records_only() {
 /// commit marker and past aborted transactions at the tail, so that the group's lag (end
 /// offset minus committed offset, as Kafka's tools compute it) is 0.
 #[test]
-#[ignore = "defect: committed offsets stop after the last mirrored record (587 of 630 per \
-            partition: the commit marker of the last committed transaction and two aborted \
-            transactions after it are never committed past), so the group's lag stays 43 per \
-            partition while the mirror's own progress line says 'lag 0'"]
 fn a_transactional_source_leaves_no_lag() {
     transactional_source(true);
 }
@@ -1065,10 +1057,6 @@ fn a_source_broker_killed_and_restarted_mid_copy_loses_nothing() {
 /// in abort mode: exit 1, the committed offset of its partition stops at it, and no later
 /// record of that partition reaches the target (other partitions are unaffected).
 #[test]
-#[ignore = "defect (issue 11, item 8): exit 1 and commits [2000, 4001] are right, but the \
-            shutdown flush still delivers the 2000 records queued after the refused one (offset \
-            2000): the target's partition 0 holds 4000 records; after the cause is fixed and the \
-            mirror restarted they are copied again after it (duplicates, out of order)"]
 fn a_record_the_target_refuses_stops_its_partition_in_abort_mode() {
     const PARTITIONS: i32 = 2;
     let pair = KafkaPair::with(
@@ -1252,18 +1240,11 @@ fn partition_growth(abort: bool) {
 }
 
 #[test]
-#[ignore = "defect (issue 11, item 4): the target topic is grown (2 -> 4 partitions) but the \
-            producer still has librdkafka's old metadata (refreshed every 300 s): 137 ms later \
-            the first record of orders/3 fails with 'the target topic orders has no partition \
-            3', exit 1"]
 fn partition_growth_is_mirrored_in_abort_mode() {
     partition_growth(true);
 }
 
 #[test]
-#[ignore = "defect (issue 11, item 4): as in abort mode, the producer's old metadata lacks the \
-            new partitions; in skip mode their records are dropped and committed past (data \
-            loss): partition 2 lost 500 of 500 records, and the mirror exits 0"]
 fn partition_growth_is_mirrored_in_skip_mode() {
     partition_growth(false);
 }

@@ -44,6 +44,7 @@ pub fn commit_async<C: ConsumerContext>(
     source: &Source<C>,
     shared: &StreamShared,
 ) -> KafkaResult<usize> {
+    follow_positions(source.consumer(), shared);
     let Some((tpl, points)) = commit_list(shared, None)? else {
         return Ok(0);
     };
@@ -55,6 +56,22 @@ pub fn commit_async<C: ConsumerContext>(
     result?;
     tracing::debug!(stream = shared.stream, "committing {points:?}");
     Ok(points.len())
+}
+
+/// Lets the commit points of idle partitions follow the consumer's positions past records a
+/// `read_committed` consumer never returns (transaction markers, aborted transactions).
+/// Only between polls of the stream's own loop: every record the position passed has begun
+/// in the tracker then (records polled during the shutdown's commit retries have not).
+pub fn follow_positions<C: ConsumerContext>(consumer: &BaseConsumer<C>, shared: &StreamShared) {
+    let Ok(positions) = consumer.position() else {
+        return;
+    };
+    let mut tracker = shared.tracker();
+    for e in positions.elements() {
+        if let Offset::Offset(position) = e.offset() {
+            tracker.advance_to_position(e.topic(), e.partition(), position);
+        }
+    }
 }
 
 /// The commit points to commit, as a partition list; `None` when there are none.

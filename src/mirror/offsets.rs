@@ -141,8 +141,9 @@ impl Slot {
     }
 }
 
-/// Per-stream tracker. Not thread-safe by itself; a stream keeps it behind one mutex that is
-/// only ever taken by that stream's thread (consume loop, delivery callbacks, rebalance).
+/// Per-stream tracker. Not thread-safe by itself; a stream keeps it behind one mutex, taken
+/// by that stream's thread (consume loop, delivery callbacks, rebalance) and, now and then,
+/// by the operators' side reading counters.
 #[derive(Debug, Default)]
 pub struct OffsetTracker {
     slots: Vec<Slot>,
@@ -350,6 +351,21 @@ impl OffsetTracker {
                 })
             })
             .collect()
+    }
+
+    /// The consumer's position in a partition moved to `position` without records (past
+    /// transaction markers and aborted transactions, which a `read_committed` consumer never
+    /// returns): when every record consumed from the partition is acknowledged, the commit
+    /// point follows, so that committed offsets reach the end of the log. Only positions of
+    /// records this tracker saw begin may be given (the stream's own thread, between polls).
+    pub fn advance_to_position(&mut self, topic: &str, partition: i32, position: i64) {
+        let Some(index) = self.slot_of(topic, partition) else {
+            return;
+        };
+        let slot = &mut self.slots[index as usize];
+        if slot.live && slot.ring.is_empty() && slot.committable.is_some_and(|c| position > c) {
+            slot.committable = Some(position);
+        }
     }
 
     /// Stops tracking a partition that was revoked. Deliveries still to come for it are
@@ -591,5 +607,23 @@ mod tests {
             seq: (1 << 40) + 7,
         };
         assert_eq!(Ticket::from_opaque(t.to_opaque()), t);
+    }
+
+    #[test]
+    fn the_commit_point_follows_the_position_past_markers_once_everything_is_acknowledged() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 0, 10, 10, 1);
+        // A transaction marker at 11: the consumer's position is 12.
+        t.advance_to_position("t", 0, 12);
+        assert_eq!(commit_of(&mut t, "t", 0), None, "10 is not acknowledged yet");
+        t.ack(a);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(11));
+        t.advance_to_position("t", 0, 12);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(12));
+        // Never backwards, and never for a partition it does not track.
+        t.advance_to_position("t", 0, 5);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(12));
+        t.advance_to_position("u", 0, 7);
+        assert_eq!(commit_of(&mut t, "u", 0), None);
     }
 }

@@ -17,7 +17,7 @@ use rdkafka::producer::Producer;
 use rdkafka::topic_partition_list::TopicPartitionList;
 
 use super::clients::{self, Cluster};
-use super::commit::{commit_sync, committed};
+use super::commit::{commit_sync, committed, follow_positions};
 use super::delivery::MirrorProducer;
 use super::state::{PartitionLag, Stats, StreamShared};
 use super::topics::TopicCreator;
@@ -70,6 +70,10 @@ impl RebalanceContext {
                     partitions.len()
                 );
             }
+        }
+        if timeout > Duration::ZERO {
+            // Not while stopping: the shutdown's commit retries poll records they do not track.
+            follow_positions(consumer, &self.shared);
         }
         match commit_sync(consumer, &self.shared, Some(partitions)) {
             Ok(n) => tracing::info!(

@@ -14,7 +14,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{Producer, PurgeConfig};
 
 use super::clients::{self, Cluster};
-use super::commit::{commit_async, final_commit};
+use super::commit::{commit_async, final_commit, follow_positions};
 use super::delivery::{DeliveryContext, MirrorProducer};
 use super::offsets::Ticket;
 use super::probe::matching_topics;
@@ -575,6 +575,11 @@ impl<'s> Stream<'s> {
             );
         }
         let unacknowledged = self.shared.tracker().in_flight();
+        if self.shared.control.failure().is_none() {
+            // After a fatal error the position may have passed a record that was never
+            // tracked (a message handler that failed on it): commit points stay as they are.
+            follow_positions(self.source.consumer(), &self.shared);
+        }
         let committed = final_commit(&self.source, &self.shared);
         self.gate.arrive();
         self.gate.wait(timeout);

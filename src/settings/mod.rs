@@ -178,6 +178,13 @@ impl Settings {
             &DEFAULT_QUEUE_KBYTES.to_string(),
         );
         producer.apply_producer_rules(opts.no_data_loss)?;
+        if opts.abort_on_send_failure && producer.get("enable.idempotence") == Some("true") {
+            // A record the target refuses for good stops the mirror; without this, librdkafka
+            // goes on sending the records queued behind it (bumping the idempotent epoch), and
+            // they land before the refused record is copied again on restart: out of order.
+            // With it, the refusal is a fatal producer error and nothing behind it is sent.
+            producer.set_default("enable.gapless.guarantee", "true");
+        }
 
         // Keep below the producer's queue limits so that sends practically never find the
         // queue full: consumption pauses first, and the consumer keeps polling meanwhile.
