@@ -358,9 +358,6 @@ fn a_target_with_auto_create_gets_the_source_partitions() {
 /// time as its timestamp (the time the record entered the mirrored system), not the time the
 /// mirror wrote it.
 #[test]
-#[ignore = "defect: --create.topics.configs copies message.timestamp.type=LogAppendTime to the \
-            target topic, so the target stamps its own append time over the source's (seconds \
-            later); MirrorMaker 2's config filter leaves message.timestamp.type out for this reason"]
 fn a_log_append_time_source_keeps_its_timestamps() {
     let started = Instant::now();
     let pair = KafkaPair::with(

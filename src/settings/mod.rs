@@ -27,10 +27,12 @@ pub mod defaults {
     pub const SHUTDOWN_TIMEOUT_MS: u64 = 30_000;
     pub const TOPIC_REFRESH_INTERVAL_MS: u64 = 30_000;
     pub const STARTUP_TIMEOUT_MS: u64 = 30_000;
-    /// Topic configs copied from a source topic onto the target topic made for it.
+    /// Topic configs copied from a source topic onto the target topic made for it. Not
+    /// `message.timestamp.type`: a LogAppendTime target topic would stamp its own append time
+    /// over the source's, which the mirror copies as each record's timestamp.
     pub const COPIED_TOPIC_CONFIGS: &str = "cleanup.policy,retention.ms,retention.bytes,\
         delete.retention.ms,min.compaction.lag.ms,max.compaction.lag.ms,min.cleanable.dirty.ratio,\
-        max.message.bytes,message.timestamp.type";
+        max.message.bytes";
 }
 
 /// A usage or configuration error: the process exits 2.
