@@ -491,8 +491,13 @@ fn compare_each(pair: &KafkaPair) -> Comparison {
     };
     for p in 0..pair.partitions {
         let read = |bootstrap: &str| {
-            mirror_maker::tools::compare::read_partition(bootstrap, pair.topic, p, Duration::from_secs(60))
-                .expect("reading a partition")
+            mirror_maker::tools::compare::read_partition(
+                bootstrap,
+                pair.topic,
+                p,
+                Duration::from_secs(60),
+            )
+            .expect("reading a partition")
         };
         let c = mirror_maker::tools::compare::compare(&read(&pair.src()), &read(&pair.dst()));
         assert!(
@@ -944,9 +949,6 @@ fn a_compacted_source_with_offset_gaps_is_mirrored_and_verifies() {
 /// The source's cleaner keeps compacting after records were mirrored: the target then holds
 /// versions of keys the source no longer has (until the target's own cleaner runs).
 #[test]
-#[ignore = "defect (verify): records the source's cleaner removed after they were mirrored \
-            (superseded by a later record of the same key) count as 'changed' target records, \
-            so verify fails on a healthy mirror of a compacted topic (seen: changed 401 of 801)"]
 fn verify_passes_when_the_source_compacts_mirrored_records() {
     compacted_source(false);
 }

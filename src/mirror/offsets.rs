@@ -615,7 +615,11 @@ mod tests {
         let a = t.begin("t", 0, 10, 10, 1);
         // A transaction marker at 11: the consumer's position is 12.
         t.advance_to_position("t", 0, 12);
-        assert_eq!(commit_of(&mut t, "t", 0), None, "10 is not acknowledged yet");
+        assert_eq!(
+            commit_of(&mut t, "t", 0),
+            None,
+            "10 is not acknowledged yet"
+        );
         t.ack(a);
         assert_eq!(commit_of(&mut t, "t", 0), Some(11));
         t.advance_to_position("t", 0, 12);

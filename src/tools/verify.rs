@@ -1,7 +1,7 @@
 //! `mirror-maker verify`: every matching source topic compared with its mirror, record by
 //! record (see [`super::compare`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -130,6 +130,9 @@ pub struct TopicReport {
     pub target_records: u64,
     /// Target records that match no record of the source topic.
     pub changed: u64,
+    /// Target records that match no source record, of a key the source topic (compacted)
+    /// still has a record of: the source's cleaner removed them after they were mirrored.
+    pub compacted_away: u64,
 }
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -205,6 +208,11 @@ fn verify_topic(
     partitions.sort_unstable();
     let (ranges, mut reports) = checked_ranges(v, source, topic, &partitions)?;
     let mut seen = index_source(v, source, topic, &ranges, &partitions, &mut reports)?;
+    let source_keys = if source_is_compacted(v, topic)? {
+        Some(source_keys(v, source, topic, &ranges)?)
+    } else {
+        None
+    };
     let target_topic = v.target_topic.render(topic);
     let mut report = TopicReport {
         topic: topic.to_owned(),
@@ -216,8 +224,8 @@ fn verify_topic(
         target,
         &target_topic,
         &mut seen,
-        &partitions,
-        &mut reports,
+        source_keys.as_ref(),
+        (&partitions, &mut reports),
         &mut report,
     )?;
     for e in seen.values().filter(|e| e.in_range > 0) {
@@ -227,6 +235,59 @@ fn verify_topic(
     }
     report.partitions = reports;
     Ok(report)
+}
+
+/// Whether the source topic is compacted (`cleanup.policy` includes `compact`): its cleaner
+/// may remove records after they were mirrored.
+fn source_is_compacted(v: &Verification, topic: &str) -> anyhow::Result<bool> {
+    use anyhow::Context;
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = v
+        .source
+        .connection_config()
+        .create()
+        .context("creating an admin client for the source")?;
+    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    let options = AdminOptions::new().request_timeout(Some(v.idle_timeout));
+    let described =
+        runtime.block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options));
+    Ok(match described.as_deref() {
+        Ok([Ok(resource)]) => resource
+            .get("cleanup.policy")
+            .and_then(|e| e.value.as_deref())
+            .is_some_and(|policy| policy.contains("compact")),
+        // A cluster that cannot describe configs: judged as not compacted (strict).
+        other => {
+            tracing::debug!("cannot describe source topic {topic}: {other:?}");
+            false
+        }
+    })
+}
+
+fn key_hash(key: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// The keys of the source topic's records, hashed.
+fn source_keys(
+    v: &Verification,
+    source: &Reader,
+    topic: &str,
+    ranges: &[Watermarks],
+) -> anyhow::Result<HashSet<u64>> {
+    use anyhow::Context;
+    let mut keys = HashSet::new();
+    scan(source, topic, ranges, v.idle_timeout, |_, m| {
+        if let Some(key) = m.key() {
+            keys.insert(key_hash(key));
+        }
+    })
+    .with_context(|| format!("reading the keys of source topic {topic}"))?;
+    Ok(keys)
 }
 
 /// A partition with its low and high watermarks.
@@ -315,8 +376,8 @@ fn check_target(
     target: &Reader,
     target_topic: &str,
     seen: &mut HashMap<u64, Seen>,
-    partitions: &[i32],
-    reports: &mut [PartitionReport],
+    source_keys: Option<&HashSet<u64>>,
+    (partitions, reports): (&[i32], &mut [PartitionReport]),
     report: &mut TopicReport,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
@@ -340,7 +401,12 @@ fn check_target(
     scan(target, target_topic, &target_ranges, timeout, |tp, m| {
         report.target_records += 1;
         let Some(e) = seen.get_mut(&fingerprint_stamped(m, v.stamp.as_deref())) else {
-            report.changed += 1;
+            match (source_keys, m.key()) {
+                (Some(keys), Some(key)) if keys.contains(&key_hash(key)) => {
+                    report.compacted_away += 1
+                }
+                _ => report.changed += 1,
+            }
             return;
         };
         e.copies += 1;
@@ -428,6 +494,14 @@ impl Report {
                 t.target_records,
                 t.changed
             );
+            if t.compacted_away > 0 {
+                let _ = writeln!(
+                    out,
+                    "  {} target records of keys the source has newer records of: removed by the \
+                     source's compaction after they were mirrored (not a failure)",
+                    t.compacted_away
+                );
+            }
             for p in &t.partitions {
                 if p.missing + p.duplicated + p.out_of_order + p.misplaced + p.offset_gaps > 0 {
                     let _ = writeln!(
