@@ -18,10 +18,7 @@ use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 
-use super::{
-    admin, block_on, committed, compare_topic, mirror_configs, records, tempdir, wait_committed,
-    write_samples, Comparison, Mirror, Trickle,
-};
+use super::{admin, block_on, Endpoints};
 
 /// A pinned Apache Kafka version (a pom `kafka/pom-VERSION.xml` exists for each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -619,8 +616,21 @@ impl Drop for KafkaCluster {
 pub struct KafkaPair {
     pub source: KafkaCluster,
     pub target: KafkaCluster,
-    pub topic: &'static str,
-    pub partitions: i32,
+    endpoints: Endpoints,
+}
+
+impl std::ops::Deref for KafkaPair {
+    type Target = Endpoints;
+
+    fn deref(&self) -> &Endpoints {
+        &self.endpoints
+    }
+}
+
+impl std::ops::DerefMut for KafkaPair {
+    fn deref_mut(&mut self) -> &mut Endpoints {
+        &mut self.endpoints
+    }
 }
 
 impl KafkaPair {
@@ -652,115 +662,23 @@ impl KafkaPair {
             (source, target.join().expect("starting the target cluster"))
         });
         source.create_topic(topic, partitions, 1, source_topic_configs);
+        // A node restarts on its own ports: the addresses stay valid.
+        let endpoints = Endpoints {
+            src: source.bootstrap(),
+            dst: target.bootstrap(),
+            topic,
+            partitions,
+        };
         KafkaPair {
             source,
             target,
-            topic,
-            partitions,
+            endpoints,
         }
-    }
-
-    pub fn src(&self) -> String {
-        self.source.bootstrap()
-    }
-
-    pub fn dst(&self) -> String {
-        self.target.bootstrap()
-    }
-
-    /// Writes sample records `range` (see `mirror_maker::tools::demo::sample`) into the source topic.
-    pub fn write(&self, range: std::ops::Range<u64>) {
-        write_samples(&self.src(), self.topic, range, self.partitions, 100)
-            .expect("writing samples");
-    }
-
-    /// Starts writing sample records from index `from` in the background, `batch` at a time.
-    pub fn trickle(&self, from: u64, batch: u64) -> Trickle {
-        Trickle::start(
-            &self.src(),
-            self.topic,
-            self.partitions,
-            from,
-            batch,
-            Duration::from_millis(20),
-        )
-    }
-
-    pub fn compare(&self) -> Comparison {
-        compare_topic(&self.src(), &self.dst(), self.topic, self.partitions).expect("comparing")
-    }
-
-    pub fn committed(&self) -> Vec<i64> {
-        committed(&self.src(), self.topic, self.partitions)
-    }
-
-    pub fn source_records(&self, partition: i32) -> Vec<mirror_maker::tools::compare::OwnedRecord> {
-        records(&self.src(), self.topic, partition)
-    }
-
-    pub fn target_records(&self, partition: i32) -> Vec<mirror_maker::tools::compare::OwnedRecord> {
-        records(&self.dst(), self.topic, partition)
-    }
-
-    /// Starts a mirror of the source topic with these client settings and flags.
-    pub fn start(
-        &self,
-        consumer_extra: &[(&str, &str)],
-        producer_extra: &[(&str, &str)],
-        args: &[&str],
-    ) -> Mirror {
-        let dir = tempdir();
-        let (c, p) = mirror_configs(
-            dir.path(),
-            &self.src(),
-            &self.dst(),
-            consumer_extra,
-            producer_extra,
-        );
-        let mut mirror = Mirror::start(&c, &p, self.topic, args);
-        mirror._configs = Some(dir);
-        mirror
-    }
-
-    /// Starts a mirror with exactly these client configs (no test defaults added; `group.id`
-    /// is [`super::GROUP`] unless given).
-    pub fn start_exact(
-        &self,
-        consumer: &[(&str, &str)],
-        producer: &[(&str, &str)],
-        args: &[&str],
-    ) -> Mirror {
-        let dir = tempdir();
-        let mut consumer = consumer.to_vec();
-        if !consumer.iter().any(|(k, _)| *k == "group.id") {
-            consumer.push(("group.id", super::GROUP));
-        }
-        let c = super::write_config(dir.path(), "consumer.toml", &self.src(), &consumer);
-        let p = super::write_config(dir.path(), "producer.toml", &self.dst(), producer);
-        let mut mirror = Mirror::start(&c, &p, self.topic, args);
-        mirror._configs = Some(dir);
-        mirror
     }
 
     /// The source topic's end offsets (high watermarks), per partition.
     pub fn end_offsets(&self) -> Vec<i64> {
         end_offsets(&self.src(), self.topic, self.partitions)
-    }
-
-    /// Runs a mirror with `args` until `expected` source offsets are committed, then stops it
-    /// cleanly (exit 0 asserted).
-    pub fn mirror_until_committed(&self, args: &[&str], expected: i64) {
-        let mut all = vec!["--offset.commit.interval.ms", "300"];
-        all.extend_from_slice(args);
-        let mut mirror = self.start(&[], &[], &all);
-        wait_committed(
-            &mut mirror,
-            &self.src(),
-            self.topic,
-            self.partitions,
-            expected,
-        );
-        assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     }
 }
 

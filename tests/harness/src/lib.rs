@@ -458,61 +458,33 @@ pub fn records(
         .unwrap_or_else(|e| panic!("reading {topic}/{partition} on {bootstrap}: {e}"))
 }
 
-/// A source and a target mock cluster (librdkafka's, in this process), each with `topic` in
-/// `partitions` partitions.
-pub struct MockPair {
-    pub source: rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
-    pub target: rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+/// The two clusters of a test and the topic between them: what every pair of clusters (mock or
+/// Kafka) offers, whichever brokers serve it.
+pub struct Endpoints {
+    pub src: String,
+    pub dst: String,
     pub topic: &'static str,
     pub partitions: i32,
 }
 
-impl MockPair {
-    pub fn new(topic: &'static str, partitions: i32) -> MockPair {
-        let source = rdkafka::mocking::MockCluster::new(1).expect("a mock source cluster");
-        let target = rdkafka::mocking::MockCluster::new(1).expect("a mock target cluster");
-        source
-            .create_topic(topic, partitions, 1)
-            .expect("creating the source topic");
-        target
-            .create_topic(topic, partitions, 1)
-            .expect("creating the target topic");
-        MockPair {
-            source,
-            target,
-            topic,
-            partitions,
-        }
-    }
-
-    /// Also creates `topics` on the target, with as many partitions.
-    pub fn with_target_topics(self, topics: &[&str]) -> MockPair {
-        for t in topics {
-            self.target
-                .create_topic(t, self.partitions, 1)
-                .expect("creating a target topic");
-        }
-        self
-    }
-
+impl Endpoints {
     pub fn src(&self) -> String {
-        self.source.bootstrap_servers()
+        self.src.clone()
     }
 
     pub fn dst(&self) -> String {
-        self.target.bootstrap_servers()
+        self.dst.clone()
     }
 
     /// Writes sample records `range` (see `mirror_maker::tools::demo::sample`) into the source topic.
     pub fn write(&self, range: std::ops::Range<u64>) {
-        write_samples(&self.src(), self.topic, range, self.partitions, 100)
-            .expect("writing samples");
+        write_samples(&self.src, self.topic, range, self.partitions, 100).expect("writing samples");
     }
 
     /// Starts writing sample records from index `from` in the background, `batch` at a time.
     pub fn trickle(&self, from: u64, batch: u64) -> Trickle {
         Trickle::start(
-            &self.src(),
+            &self.src,
             self.topic,
             self.partitions,
             from,
@@ -522,15 +494,15 @@ impl MockPair {
     }
 
     pub fn compare(&self) -> Comparison {
-        compare_topic(&self.src(), &self.dst(), self.topic, self.partitions).expect("comparing")
+        compare_topic(&self.src, &self.dst, self.topic, self.partitions).expect("comparing")
     }
 
     pub fn committed(&self) -> Vec<i64> {
-        committed(&self.src(), self.topic, self.partitions)
+        committed(&self.src, self.topic, self.partitions)
     }
 
     pub fn source_records(&self, partition: i32) -> Vec<mirror_maker::tools::compare::OwnedRecord> {
-        records(&self.src(), self.topic, partition)
+        records(&self.src, self.topic, partition)
     }
 
     pub fn target_records(
@@ -538,10 +510,11 @@ impl MockPair {
         topic: &str,
         partition: i32,
     ) -> Vec<mirror_maker::tools::compare::OwnedRecord> {
-        records(&self.dst(), topic, partition)
+        records(&self.dst, topic, partition)
     }
 
-    /// Starts a mirror of the source topic with these client settings and flags.
+    /// Starts a mirror of the source topic with these client settings (added to the test
+    /// defaults: [`mirror_configs`]) and flags.
     pub fn start(
         &self,
         consumer_extra: &[(&str, &str)],
@@ -552,7 +525,7 @@ impl MockPair {
         self.start_logged(consumer_extra, producer_extra, args, &log)
     }
 
-    /// Like [`MockPair::start`] with `RUST_LOG` set to `rust_log`.
+    /// Like [`Endpoints::start`] with `RUST_LOG` set to `rust_log`.
     pub fn start_logged(
         &self,
         consumer_extra: &[(&str, &str)],
@@ -563,12 +536,32 @@ impl MockPair {
         let dir = tempdir();
         let (c, p) = mirror_configs(
             dir.path(),
-            &self.src(),
-            &self.dst(),
+            &self.src,
+            &self.dst,
             consumer_extra,
             producer_extra,
         );
         let mut mirror = Mirror::start_logged(&c, &p, self.topic, args, rust_log);
+        mirror._configs = Some(dir);
+        mirror
+    }
+
+    /// Starts a mirror with exactly these client configs (no test defaults added; `group.id`
+    /// is [`GROUP`] unless given).
+    pub fn start_exact(
+        &self,
+        consumer: &[(&str, &str)],
+        producer: &[(&str, &str)],
+        args: &[&str],
+    ) -> Mirror {
+        let dir = tempdir();
+        let mut consumer = consumer.to_vec();
+        if !consumer.iter().any(|(k, _)| *k == "group.id") {
+            consumer.push(("group.id", GROUP));
+        }
+        let c = write_config(dir.path(), "consumer.toml", &self.src, &consumer);
+        let p = write_config(dir.path(), "producer.toml", &self.dst, producer);
+        let mut mirror = Mirror::start(&c, &p, self.topic, args);
         mirror._configs = Some(dir);
         mirror
     }
@@ -581,13 +574,69 @@ impl MockPair {
         let mut mirror = self.start(&[], &[], &all);
         wait_committed(
             &mut mirror,
-            &self.src(),
+            &self.src,
             self.topic,
             self.partitions,
             expected,
         );
         assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
         mirror.log()
+    }
+}
+
+/// A source and a target mock cluster (librdkafka's, in this process), each with `topic` in
+/// `partitions` partitions.
+pub struct MockPair {
+    pub source: rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    pub target: rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    endpoints: Endpoints,
+}
+
+impl std::ops::Deref for MockPair {
+    type Target = Endpoints;
+
+    fn deref(&self) -> &Endpoints {
+        &self.endpoints
+    }
+}
+
+impl std::ops::DerefMut for MockPair {
+    fn deref_mut(&mut self) -> &mut Endpoints {
+        &mut self.endpoints
+    }
+}
+
+impl MockPair {
+    pub fn new(topic: &'static str, partitions: i32) -> MockPair {
+        let source = rdkafka::mocking::MockCluster::new(1).expect("a mock source cluster");
+        let target = rdkafka::mocking::MockCluster::new(1).expect("a mock target cluster");
+        source
+            .create_topic(topic, partitions, 1)
+            .expect("creating the source topic");
+        target
+            .create_topic(topic, partitions, 1)
+            .expect("creating the target topic");
+        let endpoints = Endpoints {
+            src: source.bootstrap_servers(),
+            dst: target.bootstrap_servers(),
+            topic,
+            partitions,
+        };
+        MockPair {
+            source,
+            target,
+            endpoints,
+        }
+    }
+
+    /// Also creates `topics` on the target, with as many partitions.
+    pub fn with_target_topics(self, topics: &[&str]) -> MockPair {
+        for t in topics {
+            self.target
+                .create_topic(t, self.partitions, 1)
+                .expect("creating a target topic");
+        }
+        self
     }
 }
 
