@@ -609,3 +609,66 @@ fn the_demo_mirrors_and_verifies() {
     assert!(stdout.contains("lost                     0"), "{stdout}");
     assert!(stdout.contains("OK: nothing lost"), "{stdout}");
 }
+
+/// The partitions of `topic` on `bootstrap`, asked without auto-creation (0: no such topic).
+fn partition_count(bootstrap: &str, topic: &str) -> usize {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("allow.auto.create.topics", "false")
+        .set("log_level", "3")
+        .create()
+        .unwrap();
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap();
+    metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+        .map_or(0, |t| t.partitions().len())
+}
+
+/// Issue 16 #1: asking the target whether the topic exists must not create it with the
+/// broker's defaults (the mock auto-creates unknown topics with 4 partitions, as Kafka does
+/// with auto.create.topics.enable=true); the mirror creates it like the source. The mock has
+/// no CreateTopics, so the mirror's creation is refused there and it stops saying so.
+#[test]
+fn a_missing_target_topic_is_created_like_the_source_not_auto_created_by_the_probe() {
+    let clusters = MockPair::new(TOPIC, 1);
+    clusters.source.create_topic("single", 1, 1).unwrap();
+    write_samples(&clusters.src(), "single", 0..10, 1, 50).unwrap();
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        "single",
+        &[
+            "--target.topic",
+            "z.{topic}",
+            "--startup.timeout.ms",
+            "3000",
+        ],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while mirror.is_running() && std::time::Instant::now() < deadline {
+        if partition_count(&clusters.dst(), "z.single") > 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let have = partition_count(&clusters.dst(), "z.single");
+    if mirror.is_running() {
+        mirror.stop();
+    }
+    let log = mirror.log();
+    assert!(
+        have <= 1,
+        "z.single was auto-created with {have} partitions; log:\n{log}"
+    );
+    assert!(
+        log.contains("cannot create target topic z.single (1 partitions"),
+        "the mirror did not ask to create the topic; log:\n{log}"
+    );
+}

@@ -85,9 +85,14 @@ impl TopicCreator {
         preserve: bool,
         timeout: Duration,
     ) -> Result<TopicCreator, String> {
+        // An admin client is a producer to librdkafka, whose metadata requests ask the broker
+        // to auto-create the topics they name unless told not to: asking whether a target
+        // topic exists would create it with the broker's defaults (auto.create.topics.enable
+        // is on by default in Kafka), bypassing the creation below.
         let admin = |props: &ClientProps| {
             props
                 .connection_config()
+                .set("allow.auto.create.topics", "false")
                 .create::<AdminClient<DefaultClientContext>>()
                 .map_err(|e| format!("{}: {e}", props.path.display()))
         };
