@@ -474,3 +474,68 @@ fn check_lists_what_would_be_mirrored_and_explains_each_problem() {
     let (code, out) = check(&c, &p, &["--whitelist", "("]);
     assert_eq!(code, 2, "{out}");
 }
+
+/// The buckets of the histogram `name`: (upper bound, cumulative count), +Inf last.
+fn buckets(exposition: &str, name: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    exposition
+        .lines()
+        .filter_map(|l| {
+            let (le, count) = l.strip_prefix(&prefix)?.split_once("\"} ")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Issue 16 #3: the replication latency runs from the source record's timestamp to the
+/// target's acknowledgement (not from the broker's append time in the delivery report).
+#[test]
+fn replication_latency_runs_from_the_source_timestamp_to_the_acknowledgement() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let clusters = MockPair::new(TOPIC, PARTITIONS);
+    let addr = free_local_addr();
+    let mut mirror = clusters.start(
+        &[],
+        &[],
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--metrics.addr",
+            &addr,
+        ],
+    );
+    wait_until(Duration::from_secs(30), "ready", || {
+        http_get(&addr, "/health/ready").0 == 200
+    });
+    // Records stamped now (the producer's default), mirrored while the mirror runs.
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", clusters.src())
+        .create()
+        .unwrap();
+    for i in 0..50 {
+        let key = format!("k{i}");
+        producer
+            .send(BaseRecord::<String, str>::to(TOPIC).key(&key).payload("v"))
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, PARTITIONS, 50);
+    let m = scrape(&addr);
+    let buckets = buckets(&m, "mirror_replication_latency_seconds");
+    assert_eq!(buckets.last(), Some(&(f64::INFINITY, 50.0)), "{m}");
+    // Mirrored within seconds of being written: all of them in the buckets up to 5 s.
+    let within = buckets
+        .iter()
+        .filter(|(le, _)| *le <= 5.0)
+        .map(|(_, n)| *n)
+        .fold(0.0, f64::max);
+    assert_eq!(within, 50.0, "{m}");
+    let sum = metric(&m, "mirror_replication_latency_seconds_sum", "").unwrap();
+    assert!(sum < 50.0 * 5.0, "{m}");
+    assert_eq!(mirror.stop().code(), Some(0));
+}

@@ -374,6 +374,7 @@ impl<'s> Stream<'s> {
             record.topic(),
             record.partition(),
             record.offset(),
+            record.timestamp(),
             bytes,
             u32::try_from(outputs).unwrap_or(u32::MAX),
         );
