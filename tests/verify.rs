@@ -299,3 +299,24 @@ fn identical_records_spread_by_hash_partitioning_are_not_out_of_order() {
     assert_eq!(totals(&json), [0; 5], "{json}");
     assert_eq!(out.status.code(), Some(0), "{json}");
 }
+
+/// Issue 16 #11: reaching the end of a partition is normal; verify prints no error line for it
+/// (librdkafka's PartitionEOF), whatever it finds.
+#[test]
+fn reaching_the_end_of_a_partition_prints_no_error() {
+    let clusters = clusters_with_source();
+    clusters.mirror_until_committed(&[], 200);
+    // Records no mirror copied yet (as on a live mirror): reading the source to its end while
+    // checking up to the commits meets the end of a partition more often than not.
+    clusters.write(200..220);
+    for until in ["end", "committed", "end", "committed", "end", "committed"] {
+        let out = run_verify(&clusters, &["--until", until]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let expected = if until == "end" { 1 } else { 0 };
+        assert_eq!(out.status.code(), Some(expected), "{stderr}");
+        assert!(
+            !stderr.contains("ERROR") && !stderr.contains("PartitionEOF"),
+            "{stderr}"
+        );
+    }
+}

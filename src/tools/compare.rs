@@ -10,9 +10,31 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers, Message, Timestamp};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+/// The readers' context: librdkafka's errors are logged, except the end of a partition,
+/// which reading to the end meets as a matter of course (rust-rdkafka's default context
+/// logs every error event, that one included, as an ERROR line).
+pub struct ReaderContext;
+
+impl ClientContext for ReaderContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
+            tracing::trace!("{reason}");
+        } else {
+            tracing::error!("librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for ReaderContext {}
+
+/// A consumer that reads partitions by assignment (it never commits).
+pub type Reader = BaseConsumer<ReaderContext>;
 
 /// The fingerprint of one record's content.
 pub fn fingerprint<M: Message>(m: &M) -> u64 {
@@ -55,7 +77,7 @@ pub fn read_records(
 }
 
 /// A consumer for reading partitions by assignment (it never commits).
-fn reader(bootstrap: &str) -> anyhow::Result<BaseConsumer> {
+fn reader(bootstrap: &str) -> anyhow::Result<Reader> {
     reader_from(
         ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
@@ -63,20 +85,20 @@ fn reader(bootstrap: &str) -> anyhow::Result<BaseConsumer> {
     )
 }
 
-pub fn reader_from(mut config: ClientConfig) -> anyhow::Result<BaseConsumer> {
+pub fn reader_from(mut config: ClientConfig) -> anyhow::Result<Reader> {
     Ok(config
         .set("group.id", "mirror-maker-verify")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "10")
         .set("log_level", "3")
-        .create()?)
+        .create_with_context(ReaderContext)?)
 }
 
 /// Reads `topic`'s partitions over `[start, end)` each, calling `f(partition, message)` in
 /// order per partition. Fails if nothing arrives for `idle` while records are still due.
 pub fn scan(
-    consumer: &BaseConsumer,
+    consumer: &Reader,
     topic: &str,
     ranges: &[(i32, i64, i64)],
     idle: Duration,

@@ -8,7 +8,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::compare::{fingerprint, reader_from, scan};
+use super::compare::{fingerprint, reader_from, scan, Reader};
 use crate::settings::client::{ClientProps, Role};
 use crate::settings::flags::{Partitioning, Until, VerifyArgs};
 use crate::settings::routing::TopicFilter;
@@ -177,8 +177,8 @@ pub fn verify(v: &Verification) -> anyhow::Result<Report> {
 
 fn verify_topic(
     v: &Verification,
-    source: &BaseConsumer,
-    target: &BaseConsumer,
+    source: &Reader,
+    target: &Reader,
     topic: &str,
     mut partitions: Vec<i32>,
 ) -> anyhow::Result<(TopicReport, Option<String>)> {
@@ -217,7 +217,7 @@ type Watermarks = (i32, i64, i64);
 /// (`--until committed` with a group that committed nothing for it).
 fn checked_ranges(
     v: &Verification,
-    source: &BaseConsumer,
+    source: &Reader,
     topic: &str,
     partitions: &[i32],
 ) -> anyhow::Result<(Vec<Watermarks>, Vec<PartitionReport>, Option<String>)> {
@@ -267,7 +267,7 @@ fn checked_ranges(
 /// records and offset gaps into `reports`.
 fn index_source(
     v: &Verification,
-    source: &BaseConsumer,
+    source: &Reader,
     topic: &str,
     ranges: &[Watermarks],
     partitions: &[i32],
@@ -305,7 +305,7 @@ fn index_source(
 /// `seen`, and changed, misplaced and out-of-order records into the reports.
 fn check_target(
     v: &Verification,
-    target: &BaseConsumer,
+    target: &Reader,
     target_topic: &str,
     seen: &mut HashMap<u64, Seen>,
     partitions: &[i32],
@@ -393,7 +393,7 @@ fn committed_offsets(
 }
 
 fn offset_for_time(
-    consumer: &BaseConsumer,
+    consumer: &Reader,
     topic: &str,
     partition: i32,
     time: i64,
