@@ -1,7 +1,7 @@
 //! `mirror-maker`: subcommand dispatch, and the one place where an outcome becomes an exit
 //! code: 0 clean shutdown (or a check that found nothing wrong), 1 runtime failure, 2 bad
-//! usage or configuration. (130: a second SIGINT/SIGTERM exits at once, from the signal
-//! thread.)
+//! usage or configuration. (130: a second SIGINT/SIGTERM, a second or more after the first,
+//! exits at once, from the signal thread.)
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -208,8 +208,17 @@ fn watch_shutdown(control: Arc<Control>, limit: Duration) {
     }
 }
 
-/// SIGINT or SIGTERM asks the streams to stop, flush and commit; a second one exits at once
-/// (what was committed stays committed; the rest is mirrored again on restart).
+/// How long after the first signal another one is still the same request: supervisors signal
+/// the process and its group microseconds apart (GNU `timeout`, systemd's
+/// KillMode=control-group, `docker stop` of a shell's children), a person presses Ctrl-C again.
+const SAME_REQUEST: Duration = Duration::from_secs(1);
+
+/// Exit code when a second signal ends the process without waiting for the flush.
+const EXIT_NOW: i32 = 130;
+
+/// SIGINT or SIGTERM asks the streams to stop, flush and commit; another one at least
+/// [`SAME_REQUEST`] later exits at once with 130 (what was committed stays committed; the rest
+/// is mirrored again on restart).
 fn watch_signals(control: Arc<Control>) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -226,18 +235,30 @@ fn watch_signals(control: Arc<Control>) -> anyhow::Result<()> {
         .name("signals".into())
         .spawn(move || {
             runtime.block_on(async move {
-                for round in 0.. {
+                let mut first: Option<std::time::Instant> = None;
+                loop {
                     let name = tokio::select! {
                         _ = int.recv() => "SIGINT",
                         _ = term.recv() => "SIGTERM",
                     };
-                    if round == 0 {
-                        tracing::info!("{name}: stopping (flush, commit, exit)");
-                        notify::stopping();
-                        control.request_stop();
-                    } else {
-                        tracing::warn!("{name} again: exiting now without waiting for the flush");
-                        std::process::exit(130);
+                    match first {
+                        None => {
+                            first = Some(std::time::Instant::now());
+                            tracing::info!("{name}: stopping (flush, commit, exit)");
+                            notify::stopping();
+                            control.request_stop();
+                        }
+                        Some(at) if at.elapsed() < SAME_REQUEST => tracing::debug!(
+                            "{name} again within {SAME_REQUEST:?} of the first: the same stop \
+                             request"
+                        ),
+                        Some(_) => {
+                            tracing::warn!(
+                                "{name} again: exiting now without waiting for the flush \
+                                 (exit {EXIT_NOW})"
+                            );
+                            std::process::exit(EXIT_NOW);
+                        }
                     }
                 }
             })

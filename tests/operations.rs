@@ -539,3 +539,73 @@ fn replication_latency_runs_from_the_source_timestamp_to_the_acknowledgement() {
     assert!(sum < 50.0 * 5.0, "{m}");
     assert_eq!(mirror.stop().code(), Some(0));
 }
+
+/// Issue 16 #5: GNU `timeout` sends SIGTERM to the mirror and then to its process group,
+/// microseconds apart: one stop request, a clean stop (exit 0), not "exit now".
+#[test]
+fn two_sigterms_at_once_from_timeout_stop_cleanly() {
+    let clusters = MockPair::new(TOPIC, 2);
+    clusters.write(0..100);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let log = dir.path().join("stderr.log");
+    let status = std::process::Command::new("timeout")
+        .args(["--preserve-status", "--signal", "TERM", "6"])
+        .arg(env!("CARGO_BIN_EXE_mirror-maker"))
+        .arg("--consumer.config")
+        .arg(&c)
+        .arg("--producer.config")
+        .arg(&p)
+        .args(["--whitelist", TOPIC, "--offset.commit.interval.ms", "300"])
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .status()
+        .expect("running timeout (GNU coreutils)");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("SIGTERM: stopping"), "{log}");
+    assert!(!log.contains("exiting now"), "{log}");
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert_eq!(committed_total(&clusters.src(), TOPIC, 2), 100, "{log}");
+}
+
+/// Issue 16 #5: two signals 50 ms apart (a supervisor signalling the process and its group,
+/// as `timeout`, `docker stop` or systemd's KillMode=control-group may) are one stop request.
+#[test]
+fn two_sigterms_50_ms_apart_stop_cleanly() {
+    let clusters = MockPair::new(TOPIC, 2);
+    clusters.write(0..100);
+    let mut mirror = clusters.start(&[], &[], &["--offset.commit.interval.ms", "300"]);
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 100);
+    mirror.signal("TERM");
+    std::thread::sleep(Duration::from_millis(50));
+    if mirror.is_running() {
+        mirror.signal("TERM");
+    }
+    let status = mirror.wait(Duration::from_secs(30));
+    let log = mirror.log();
+    assert!(!log.contains("exiting now"), "{log}");
+    assert_eq!(status.code(), Some(0), "{log}");
+}
+
+/// Issue 16 #5: a second signal well after the first (a person pressing Ctrl-C again while
+/// the flush waits for an unreachable target) exits at once with 130.
+#[test]
+fn a_second_signal_seconds_later_exits_now_with_130() {
+    let clusters = MockPair::new(TOPIC, 2);
+    let mut mirror = clusters.start(&[], &[], &["--shutdown.timeout.ms", "20000"]);
+    wait_until(Duration::from_secs(30), "an assignment", || {
+        mirror.log().contains("assigned 2 partitions")
+    });
+    clusters.target.broker_down(1).unwrap();
+    clusters.write(0..100);
+    // Let the records reach the stream and wait for the target.
+    std::thread::sleep(Duration::from_millis(500));
+    mirror.signal("TERM");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(mirror.is_running(), "{}", mirror.log());
+    mirror.signal("TERM");
+    let status = mirror.wait(Duration::from_secs(10));
+    let log = mirror.log();
+    assert_eq!(status.code(), Some(130), "{log}");
+    assert!(log.contains("SIGTERM again: exiting now"), "{log}");
+}
