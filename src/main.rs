@@ -36,15 +36,18 @@ const RUNTIME_FAILURE: u8 = 1;
 const BAD_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
+    // Before the command line is parsed: its errors are printed in the format asked for.
+    let format = LogFormat::requested(std::env::args_os());
+    logging::init(format);
     match run() {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Failed) => ExitCode::from(RUNTIME_FAILURE),
         Err(Failure::Usage(e)) => {
-            eprintln!("error: {e:#}");
+            logging::final_error(format, &format!("{e:#}"));
             ExitCode::from(BAD_USAGE)
         }
         Err(Failure::Runtime(e)) => {
-            eprintln!("error: {e:#}");
+            logging::final_error(format, &format!("{e:#}"));
             ExitCode::from(RUNTIME_FAILURE)
         }
     }
@@ -60,10 +63,6 @@ fn run() -> Result<Outcome, Failure> {
         }
         Err(e) => return Err(usage(one_line_usage_error(&e))),
     };
-    logging::init(match cli.command {
-        None => cli.mirror.log_format,
-        Some(_) => LogFormat::Text,
-    });
     match cli.command {
         Some(Command::Demo(args)) => match demo::run(&args).map_err(Failure::Runtime)? {
             true => Ok(Outcome::Success),
@@ -160,7 +159,11 @@ fn run_mirror(args: &MirrorArgs) -> Result<Outcome, Failure> {
     notify::start(stats.clone(), control.clone(), settings.num_streams);
     watch_signals(control.clone())
         .map_err(|e| Failure::Runtime(e.context("cannot install signal handlers")))?;
-    watch_shutdown(control.clone(), settings.shutdown_timeout + SHUTDOWN_GRACE);
+    watch_shutdown(
+        control.clone(),
+        settings.shutdown_timeout + SHUTDOWN_GRACE,
+        args.log_format,
+    );
     let summary = pipeline::run(&settings, control, stats).map_err(runtime)?;
     if summary.unacknowledged > 0 {
         tracing::warn!(
@@ -190,7 +193,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 /// The last resort against a shutdown that hangs (a client that cannot close): once a stop is
 /// requested, the process exits 1 after `limit` whatever is still running.
-fn watch_shutdown(control: Arc<Control>, limit: Duration) {
+fn watch_shutdown(control: Arc<Control>, limit: Duration, format: LogFormat) {
     let spawned = std::thread::Builder::new()
         .name("shutdown-watchdog".into())
         .spawn(move || {
@@ -198,8 +201,11 @@ fn watch_shutdown(control: Arc<Control>, limit: Duration) {
                 std::thread::sleep(Duration::from_millis(100));
             }
             std::thread::sleep(limit);
-            eprintln!(
-                "error: shutdown did not finish within {limit:?}; exiting without waiting further"
+            logging::final_error(
+                format,
+                &format!(
+                    "shutdown did not finish within {limit:?}; exiting without waiting further"
+                ),
             );
             std::process::exit(RUNTIME_FAILURE.into());
         });

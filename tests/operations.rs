@@ -609,3 +609,110 @@ fn a_second_signal_seconds_later_exits_now_with_130() {
     assert_eq!(status.code(), Some(130), "{log}");
     assert!(log.contains("SIGTERM again: exiting now"), "{log}");
 }
+
+/// A mirror that logs a few lines and exits 1 by itself within seconds: source topic `wide` has
+/// 4 partitions, its target 2, under `--partitioning preserve` (the mock cannot add any).
+/// Returns the clusters (keep them alive) and the mirror's arguments.
+fn a_mirror_that_stops_by_itself(dir: &std::path::Path) -> (MockPair, Vec<String>) {
+    let clusters = MockPair::new(TOPIC, 1);
+    clusters.source.create_topic("wide", 4, 1).unwrap();
+    clusters.target.create_topic("wide", 2, 1).unwrap();
+    let (c, p) = mirror_configs(dir, &clusters.src(), &clusters.dst(), &[], &[]);
+    let args = [
+        "--consumer.config",
+        c.to_str().unwrap(),
+        "--producer.config",
+        p.to_str().unwrap(),
+        "--whitelist",
+        "wide",
+        "--startup.timeout.ms",
+        "3000",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    (clusters, args)
+}
+
+/// Issue 16 #9: log lines written to a file or a pipe carry no ANSI colour codes.
+#[test]
+fn logs_off_a_terminal_have_no_colour() {
+    let dir = tempdir();
+    let (_clusters, args) = a_mirror_that_stops_by_itself(dir.path());
+    let out = binary()
+        .args(&args)
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("mirroring topics matching"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+}
+
+/// Runs the binary with `args` on a pseudo-terminal (util-linux `script`), returning what the
+/// terminal showed.
+fn on_a_terminal(args: &[String], env: &[(&str, &str)]) -> String {
+    let command = std::iter::once(env!("CARGO_BIN_EXE_mirror-maker").to_owned())
+        .chain(args.iter().cloned())
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("running script (util-linux)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue 16 #9: on a terminal, colour, unless NO_COLOR is set (https://no-color.org).
+#[test]
+fn logs_on_a_terminal_are_coloured_unless_no_color_is_set() {
+    let dir = tempdir();
+    let (_clusters, args) = a_mirror_that_stops_by_itself(dir.path());
+    let shown = on_a_terminal(&args, &[]);
+    assert!(shown.contains("mirroring topics matching"), "{shown}");
+    assert!(
+        shown.contains("\u{1b}["),
+        "no colour on a terminal: {shown:?}"
+    );
+    let shown = on_a_terminal(&args, &[("NO_COLOR", "1")]);
+    assert!(shown.contains("mirroring topics matching"), "{shown}");
+    assert!(
+        !shown.contains('\u{1b}'),
+        "colour despite NO_COLOR: {shown:?}"
+    );
+}
+
+/// Issue 16 #10: with `--log.format json`, the final error line is a JSON object too.
+#[test]
+fn json_logs_end_with_a_json_error_line() {
+    let dir = tempdir();
+    let (_clusters, mut args) = a_mirror_that_stops_by_itself(dir.path());
+    args.extend(["--log.format".to_owned(), "json".to_owned()]);
+    let out = binary()
+        .args(&args)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let last = stderr.lines().rfind(|l| !l.trim().is_empty()).unwrap();
+    for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("not a JSON object ({e}): {line}\nall:\n{stderr}"));
+    }
+    let last: serde_json::Value = serde_json::from_str(last).unwrap();
+    assert_eq!(last["level"], "ERROR", "{stderr}");
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .contains("target topic wide has 2 partitions"),
+        "{stderr}"
+    );
+}
