@@ -373,3 +373,27 @@ fn json_logs_include_configuration_errors_and_the_final_error() {
     }
     assert_eq!(String::from_utf8_lossy(&bad_file.stderr).lines().count(), 1);
 }
+
+/// Issue 16 #4: a value librdkafka accepts key by key but refuses when it makes the client
+/// (an unknown assignment strategy) is a configuration error (exit 2) before any broker is
+/// contacted, for the mirror and for `check` alike.
+#[test]
+fn a_config_librdkafka_refuses_at_client_creation_is_a_usage_error() {
+    let dir = tempdir();
+    let c = write_config(
+        dir.path(),
+        "c.toml",
+        NOWHERE,
+        &[
+            ("group.id", "g"),
+            ("partition.assignment.strategy", "nonsense"),
+        ],
+    );
+    let p = write_config(dir.path(), "p.toml", NOWHERE, &[]);
+    let (c, p) = (c.display().to_string(), p.display().to_string());
+    let needles = ["consumer config", c.as_str(), "nonsense"];
+    assert_refused(&mirror_args(&c, &p, &[]), &needles);
+    let mut check = vec!["check"];
+    check.extend(mirror_args(&c, &p, &[]));
+    assert_refused(&check, &needles);
+}
