@@ -716,3 +716,57 @@ fn json_logs_end_with_a_json_error_line() {
         "{stderr}"
     );
 }
+
+/// Issue 16 #8: before any statistics of an assigned partition the lag is unknown (not 0,
+/// with a backlog waiting); rates and totals are kept apart, looped records included.
+#[test]
+fn progress_lines_say_lag_unknown_until_known_and_keep_rates_and_totals_apart() {
+    let clusters = MockPair::new(TOPIC, 2);
+    clusters.write(0..1000);
+    let mut mirror = clusters.start(
+        &[],
+        &[],
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--progress.interval.ms",
+            "200",
+        ],
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 1000);
+    // A few more lines once the lag is known.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(mirror.stop().code(), Some(0));
+    let log = mirror.log();
+    let assigned_at = log.find("assigned 2 partitions").expect("an assignment");
+    let before: Vec<&str> = log[..assigned_at]
+        .lines()
+        .filter(|l| l.contains("progress:"))
+        .collect();
+    assert!(
+        !before.is_empty(),
+        "no progress line before the assignment:\n{log}"
+    );
+    for line in &before {
+        assert!(line.contains("lag unknown"), "{line}\n{log}");
+    }
+    let last = log
+        .lines()
+        .rfind(|l| l.contains("progress:"))
+        .expect("a progress line");
+    assert!(last.contains("lag 0"), "{last}");
+    let (rates, totals) = last
+        .split_once("; totals: ")
+        .unwrap_or_else(|| panic!("rates and totals not apart: {last}"));
+    assert!(rates.contains("records/s"), "{last}");
+    for word in [
+        "consumed 1000",
+        "acknowledged 1000",
+        "dropped 0",
+        "filtered 0",
+        "looped 0",
+    ] {
+        assert!(totals.contains(word), "{word:?} not in the totals: {last}");
+    }
+    assert!(!totals.contains("/s"), "{last}");
+}

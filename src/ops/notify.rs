@@ -90,8 +90,8 @@ pub fn start(stats: Arc<Stats>, control: Arc<Control>, streams: usize) {
                     Ok(()) if last_status.elapsed() >= STATUS_INTERVAL => {
                         let s = Snapshot::take(&stats);
                         notifier.send(&format!(
-                            "STATUS=mirroring: lag {}, in flight {}",
-                            s.total_lag(),
+                            "STATUS=mirroring: {}, in flight {}",
+                            s.lag_text(),
                             s.total_in_flight()
                         ));
                         last_status = Instant::now();
