@@ -167,9 +167,9 @@ fn run_mirror(args: &MirrorArgs) -> Result<Outcome, Failure> {
     let summary = pipeline::run(&settings, control, stats).map_err(runtime)?;
     if summary.unacknowledged > 0 {
         tracing::warn!(
-            "{} records were not acknowledged by the target before the shutdown timeout; they \
-             were not committed and will be mirrored again on restart",
-            summary.unacknowledged
+            "{} not acknowledged by the target before the shutdown timeout: not committed, \
+             mirrored again on restart",
+            mirror_maker::settings::counted(summary.unacknowledged, "record")
         );
     }
     Ok(Outcome::Success)

@@ -180,7 +180,10 @@ fn a_shutdown_while_the_target_is_down_commits_only_what_was_acknowledged_and_ex
         "shutdown took {:?}",
         started.elapsed()
     );
-    assert!(log.contains("were not acknowledged"), "log:\n{log}");
+    assert!(
+        log.contains("not acknowledged by the target before the shutdown timeout"),
+        "log:\n{log}"
+    );
     assert_eq!(
         clusters.committed(),
         vec![500, 500],
@@ -668,7 +671,7 @@ fn a_missing_target_topic_is_created_like_the_source_not_auto_created_by_the_pro
         "z.single was auto-created with {have} partitions; log:\n{log}"
     );
     assert!(
-        log.contains("cannot create target topic z.single (1 partitions"),
+        log.contains("cannot create target topic z.single (1 partition,"),
         "the mirror did not ask to create the topic; log:\n{log}"
     );
 }

@@ -750,7 +750,8 @@ fn progress_lines_say_lag_unknown_until_known_and_keep_rates_and_totals_apart() 
     for line in &before {
         assert!(line.contains("lag unknown"), "{line}\n{log}");
     }
-    let last = log
+    let stopping = log.find("SIGTERM: stopping").expect("the stop");
+    let last = log[..stopping]
         .lines()
         .rfind(|l| l.contains("progress:"))
         .expect("a progress line");
@@ -769,4 +770,42 @@ fn progress_lines_say_lag_unknown_until_known_and_keep_rates_and_totals_apart() 
         assert!(totals.contains(word), "{word:?} not in the totals: {last}");
     }
     assert!(!totals.contains("/s"), "{last}");
+}
+
+/// `text` has no "1 partitions", "1 brokers" and the like.
+fn assert_singulars(text: &str) {
+    for noun in [
+        "partitions",
+        "brokers",
+        "records",
+        "streams",
+        "topics",
+        "offsets",
+    ] {
+        for lead in [" ", "(", "\n"] {
+            let wrong = format!("{lead}1 {noun}");
+            assert!(!text.contains(&wrong), "{wrong:?} in:\n{text}");
+        }
+    }
+}
+
+/// Issue 16 #12: one of a thing is not plural, in the mirror's log and in `check`.
+#[test]
+fn one_partition_one_broker_one_record_are_singular() {
+    let clusters = MockPair::new(TOPIC, 1);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let (code, out) = check(
+        &c,
+        &p,
+        &["--whitelist", "orders", "--target.topic", "z.{topic}"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("reachable (1 broker)"), "{out}");
+    assert!(out.contains("will be created with 1 partition"), "{out}");
+    assert_singulars(&out);
+    clusters.write(0..1);
+    let log = clusters.mirror_until_committed(&[], 1);
+    assert!(log.contains("assigned 1 partition: orders/0"), "{log}");
+    assert_singulars(&log);
 }

@@ -24,6 +24,7 @@ use super::topics::TopicCreator;
 use crate::native::member_id;
 use crate::native::queue::Source;
 use crate::plugin::Listener;
+use crate::settings::counted;
 
 pub type MirrorConsumer = BaseConsumer<RebalanceContext>;
 /// The source consumer with our poll of its queue.
@@ -64,25 +65,26 @@ impl RebalanceContext {
             if !timeout.is_zero() {
                 tracing::warn!(
                     stream,
-                    "flush before releasing {} partitions did not finish within {timeout:?} ({e}); \
+                    "flush before releasing {} did not finish within {timeout:?} ({e}); \
                      committing only what the target acknowledged: the next owner will mirror the \
                      rest again (duplicates, no loss)",
-                    partitions.len()
+                    counted(partitions.len(), "partition")
                 );
             }
         }
         match commit(consumer, &self.shared, Some(partitions), CommitMode::Sync) {
             Ok(n) => tracing::info!(
                 stream,
-                "released {} partitions after flushing and committing {n} offsets in {:?}",
-                partitions.len(),
+                "released {} after flushing and committing {} in {:?}",
+                counted(partitions.len(), "partition"),
+                counted(n, "offset"),
                 started.elapsed()
             ),
             Err(e) => tracing::warn!(
                 stream,
-                "commit before releasing {} partitions failed: {e}; the next owner will mirror \
+                "commit before releasing {} failed: {e}; the next owner will mirror \
                  records after the last committed offset again (duplicates, no loss)",
-                partitions.len()
+                counted(partitions.len(), "partition")
             ),
         }
         let mut tracker = self.shared.tracker();
@@ -178,8 +180,8 @@ impl ConsumerContext for RebalanceContext {
                     partitions.iter().map(|(t, p)| format!("{t}/{p}")).collect();
                 tracing::info!(
                     stream = self.shared.stream,
-                    "assigned {} partitions: {}",
-                    list.len(),
+                    "assigned {}: {}",
+                    counted(list.len(), "partition"),
                     list.join(" ")
                 );
                 if let Some(creator) = &self.topics {

@@ -18,18 +18,19 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::metadata::Metadata;
 
 use crate::settings::client::ClientProps;
+use crate::settings::counted;
 use crate::settings::routing::TopicTemplate;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TopicError {
-    #[error("cannot create target topic {topic} ({partitions} partitions, replication factor {replication}): the target cluster refused: {reason}. Create it yourself, or grant the mirror's principal CREATE on it")]
+    #[error("cannot create target topic {topic} ({}, replication factor {replication}): the target cluster refused: {reason}. Create it yourself, or grant the mirror's principal CREATE on it", counted(.partitions, "partition"))]
     CreateRefused {
         topic: String,
         partitions: usize,
         replication: i32,
         reason: String,
     },
-    #[error("target topic {topic} has {have} partitions and source topic {source_topic} has {want}; adding partitions was refused: {reason}. Add them yourself, or use --partitioning hash")]
+    #[error("target topic {topic} has {} and source topic {source_topic} has {want}; adding partitions was refused: {reason}. Add them yourself, or use --partitioning hash", counted(.have, "partition"))]
     GrowRefused {
         topic: String,
         source_topic: String,
@@ -237,8 +238,9 @@ impl TopicCreator {
         }
         let shown: Vec<String> = configs.iter().map(|(k, v)| format!("{k}={v}")).collect();
         tracing::info!(
-            "created target topic {target_topic}: {partitions} partitions, replication factor \
-             {replication}, configs from {source_topic}: [{}]",
+            "created target topic {target_topic}: {}, replication factor {replication}, configs \
+             from {source_topic}: [{}]",
+            counted(partitions, "partition"),
             shown.join(", ")
         );
         Ok(())

@@ -12,7 +12,7 @@ use super::compare::{fingerprint, reader_from, scan, Reader};
 use crate::settings::client::{ClientProps, Role};
 use crate::settings::flags::{Partitioning, Until, VerifyArgs};
 use crate::settings::routing::TopicFilter;
-use crate::settings::SettingsError;
+use crate::settings::{counted, SettingsError};
 
 /// Where each source partition's checked range starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -419,11 +419,12 @@ impl Report {
             let source: u64 = t.partitions.iter().map(|p| p.source_records).sum();
             let _ = writeln!(
                 out,
-                "{} -> {}: {} partitions, {source} source records checked, {} records on the target, {} changed",
+                "{} -> {}: {}, {} checked, {} on the target, {} changed",
                 t.topic,
                 t.target_topic,
-                t.partitions.len(),
-                t.target_records,
+                counted(t.partitions.len(), "partition"),
+                counted(source, "source record"),
+                counted(t.target_records, "record"),
                 t.changed
             );
             for p in &t.partitions {
@@ -442,9 +443,9 @@ impl Report {
         let t = &self.totals;
         let _ = writeln!(
             out,
-            "{}: {} source records checked, {} missing, {} changed, {} duplicated, {} out of order, {} misplaced",
+            "{}: {} checked, {} missing, {} changed, {} duplicated, {} out of order, {} misplaced",
             if self.ok { "OK" } else { "FAILED" },
-            t.source_records,
+            counted(t.source_records, "source record"),
             t.missing,
             t.changed,
             t.duplicated,
