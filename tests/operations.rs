@@ -809,3 +809,39 @@ fn one_partition_one_broker_one_record_are_singular() {
     assert!(log.contains("assigned 1 partition: orders/0"), "{log}");
     assert_singulars(&log);
 }
+
+/// Sends `METHOD path` over HTTP/1.0 and returns the whole response.
+fn http_raw(addr: &str, method: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(stream, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+}
+
+/// Issue 16 #12: HEAD is answered like GET, without a body (monitoring probes use it); other
+/// methods get 405 with the allowed ones.
+#[test]
+fn head_is_answered_like_get_without_a_body() {
+    let clusters = MockPair::new(TOPIC, 2);
+    let addr = free_local_addr();
+    let mut mirror = clusters.start(&[], &[], &["--metrics.addr", &addr]);
+    wait_until(Duration::from_secs(10), "live", || {
+        http_get(&addr, "/health/live").0 == 200
+    });
+    for path in ["/metrics", "/health/live"] {
+        let response = http_raw(&addr, "HEAD", path);
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(head.contains("Content-Length: "), "{response}");
+        assert_eq!(body, "", "{response}");
+    }
+    let response = http_raw(&addr, "POST", "/metrics");
+    assert!(response.starts_with("HTTP/1.1 405"), "{response}");
+    assert!(response.contains("Allow: GET, HEAD"), "{response}");
+    assert_eq!(mirror.stop().code(), Some(0));
+}

@@ -91,11 +91,13 @@ fn answer(
     }
     let mut parts = request_line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, content_type, body) = if method != "GET" {
+    // HEAD is answered as GET is, headers only (monitoring probes use it).
+    let head = method == "HEAD";
+    let (status, content_type, body) = if method != "GET" && !head {
         (
-            "405 Method Not Allowed",
+            "405 Method Not Allowed\r\nAllow: GET, HEAD",
             "text/plain",
-            "use GET\n".to_owned(),
+            "use GET or HEAD\n".to_owned(),
         )
     } else {
         match path {
@@ -128,8 +130,9 @@ fn answer(
     };
     write!(
         connection,
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+        body.len(),
+        if head { "" } else { &body }
     )?;
     connection.flush()
 }
