@@ -61,7 +61,10 @@ fn run() -> Result<Outcome, Failure> {
             let _ = e.print();
             return Ok(Outcome::Success);
         }
-        Err(e) => return Err(usage(one_line_usage_error(&e))),
+        Err(e) => {
+            let subcommand = subcommand_named(std::env::args().nth(1).as_deref());
+            return Err(usage(one_line_usage_error(&e, subcommand.as_deref())));
+        }
     };
     match cli.command {
         Some(Command::Demo(args)) => match demo::run(&args).map_err(Failure::Runtime)? {
@@ -74,9 +77,20 @@ fn run() -> Result<Outcome, Failure> {
     }
 }
 
-/// clap's error as one line: what is wrong; the usage is one --help away. clap lists missing
-/// arguments on the lines after the first; they are joined.
-fn one_line_usage_error(e: &clap::Error) -> String {
+/// `arg` if it names a subcommand (`verify`, `check`, `demo`).
+fn subcommand_named(arg: Option<&str>) -> Option<String> {
+    use clap::CommandFactory;
+    let arg = arg?;
+    Cli::command()
+        .get_subcommands()
+        .any(|c| c.get_name() == arg)
+        .then(|| arg.to_owned())
+}
+
+/// clap's error as one line: what is wrong; the usage is one --help away (the subcommand's
+/// own, for a subcommand). clap lists missing arguments on the lines after the first; they
+/// are joined.
+fn one_line_usage_error(e: &clap::Error, subcommand: Option<&str>) -> String {
     let rendered = e.render().to_string();
     let mut lines = rendered.lines();
     let first = lines.next().unwrap_or("error: bad usage");
@@ -85,7 +99,10 @@ fn one_line_usage_error(e: &clap::Error) -> String {
         message.push(' ');
         message.push_str(item.trim());
     }
-    message.push_str(" (see mirror-maker --help)");
+    match subcommand {
+        Some(name) => message.push_str(&format!(" (see mirror-maker {name} --help)")),
+        None => message.push_str(" (see mirror-maker --help)"),
+    }
     message
 }
 

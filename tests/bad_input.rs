@@ -397,3 +397,14 @@ fn a_config_librdkafka_refuses_at_client_creation_is_a_usage_error() {
     check.extend(mirror_args(&c, &p, &[]));
     assert_refused(&check, &needles);
 }
+
+/// Issue 16 #12: a subcommand's usage error points at that subcommand's help.
+#[test]
+fn a_subcommand_usage_error_points_at_its_own_help() {
+    assert_refused(
+        &["verify", "--nope"],
+        &["--nope", "(see mirror-maker verify --help)"],
+    );
+    assert_refused(&["check", "--nope"], &["(see mirror-maker check --help)"]);
+    assert_refused(&["--nope"], &["(see mirror-maker --help)"]);
+}
