@@ -845,3 +845,51 @@ fn head_is_answered_like_get_without_a_body() {
     assert!(response.contains("Allow: GET, HEAD"), "{response}");
     assert_eq!(mirror.stop().code(), Some(0));
 }
+
+/// Issue 16 #6: ready (HTTP and systemd's READY=1) means running with both clusters
+/// reachable; a whitelist that matches nothing yet leaves the mirror waiting, ready, with no
+/// assignment, which /health/ready and a metric say apart.
+#[test]
+fn ready_does_not_wait_for_an_assignment() {
+    use std::os::unix::net::UnixDatagram;
+    let clusters = MockPair::new(TOPIC, 2);
+    let dir = tempdir();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let addr = free_local_addr();
+    let mut mirror = Mirror::start_with_env(
+        &c,
+        &p,
+        "nothing-matches-this.*",
+        &["--metrics.addr", &addr],
+        &[("NOTIFY_SOCKET", socket_path.to_str().unwrap())],
+    );
+    let mut heard = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut buf = [0u8; 512];
+    while !heard.iter().any(|m: &String| m.contains("READY=1"))
+        && std::time::Instant::now() < deadline
+    {
+        if let Ok(n) = socket.recv(&mut buf) {
+            heard.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+    }
+    assert!(
+        heard.iter().any(|m| m.contains("READY=1")),
+        "no READY=1: {heard:?}\n{}",
+        mirror.log()
+    );
+    let (status, body) = http_get(&addr, "/health/ready");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("streams with an assignment: 0 of 1"),
+        "{body}"
+    );
+    let m = scrape(&addr);
+    assert_eq!(metric(&m, "mirror_streams_assigned", ""), Some(0.0), "{m}");
+    assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
+}

@@ -119,9 +119,11 @@ impl ClientContext for RebalanceContext {
         clients::librdkafka_log(Cluster::Source, level, fac, message);
     }
 
-    /// Keeps the lag of the assigned partitions: from the position of the next record to
-    /// the high watermark.
+    /// Keeps the lag of the assigned partitions (from the position of the next record to
+    /// the high watermark) and whether a source broker is connected.
     fn stats(&self, statistics: rdkafka::Statistics) {
+        let up = statistics.brokers.values().any(|b| b.state == "UP");
+        self.shared.source_up.store(up, Ordering::Relaxed);
         let mut lag = Vec::new();
         for (topic, t) in &statistics.topics {
             for (partition, p) in &t.partitions {

@@ -145,6 +145,14 @@ impl Streams {
             .push(Arc::downgrade(stream));
     }
 
+    /// How many live streams have had their first assignment (possibly empty).
+    pub fn with_assignment(&self) -> usize {
+        self.live()
+            .iter()
+            .filter(|s| s.assigned.load(Ordering::Relaxed))
+            .count()
+    }
+
     pub fn live(&self) -> Vec<Arc<StreamShared>> {
         self.0
             .lock()
@@ -180,6 +188,8 @@ pub struct StreamShared {
     pub assigned: AtomicBool,
     /// Whether the producer's latest statistics showed a target broker connected.
     pub target_up: AtomicBool,
+    /// Whether the consumer's latest statistics showed a source broker connected.
+    pub source_up: AtomicBool,
     /// When the stream's loop last turned (ms since start), for the systemd watchdog.
     pub last_turn: AtomicU64,
     /// Per assigned source partition, the consumer's lag in its latest statistics.
@@ -201,6 +211,7 @@ impl StreamShared {
             abort_on_send_failure,
             assigned: false.into(),
             target_up: true.into(),
+            source_up: true.into(),
             last_turn: Default::default(),
             lag: Default::default(),
         });

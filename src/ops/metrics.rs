@@ -204,6 +204,13 @@ impl Collector for StreamCollector {
                 counter.metric_type(),
             )?)?;
         }
+        let assigned = ConstGauge::new(stats.streams.with_assignment() as i64);
+        assigned.encode(encoder.encode_descriptor(
+            "mirror_streams_assigned",
+            "Streams that have had their assignment from the group (possibly empty)",
+            None,
+            assigned.metric_type(),
+        )?)?;
         let uptime = ConstGauge::new(stats.recorded.started.elapsed().as_secs_f64());
         uptime.encode(encoder.encode_descriptor(
             "mirror_uptime_seconds",
