@@ -42,6 +42,13 @@ pub fn commit<C: ConsumerContext>(
             .recorded
             .commit_seconds
             .observe(started.elapsed().as_secs_f64());
+        let mut committed = shared
+            .committed_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for point in &points {
+            committed.insert((point.topic.clone(), point.partition), point.offset);
+        }
     }
     Stats::add(&shared.stats.commits, 1);
     tracing::debug!(stream = shared.stream, "committed ({mode:?}) {points:?}");

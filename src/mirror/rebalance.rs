@@ -72,25 +72,62 @@ impl RebalanceContext {
                 );
             }
         }
-        match commit(consumer, &self.shared, Some(partitions), CommitMode::Sync) {
-            Ok(n) => tracing::info!(
+        // Only partitions acknowledged past their last synchronous commit need one: at a
+        // clean stop the final commit committed them all, and the streams leaving the group
+        // one after another make the broker refuse the later ones' commits
+        // (REBALANCE_IN_PROGRESS) although there is nothing left to commit.
+        let uncommitted = self.uncommitted(partitions);
+        if uncommitted.is_empty() {
+            tracing::info!(
                 stream,
-                "released {} after flushing and committing {} in {:?}",
-                counted(partitions.len(), "partition"),
-                counted(n, "offset"),
-                started.elapsed()
-            ),
-            Err(e) => tracing::warn!(
-                stream,
-                "commit before releasing {} failed: {e}; the next owner will mirror \
-                 records after the last committed offset again (duplicates, no loss)",
+                "released {}: every acknowledged offset was committed already",
                 counted(partitions.len(), "partition")
-            ),
+            );
+        } else {
+            match commit(consumer, &self.shared, Some(&uncommitted), CommitMode::Sync) {
+                Ok(n) => tracing::info!(
+                    stream,
+                    "released {} after flushing and committing {} in {:?}",
+                    counted(partitions.len(), "partition"),
+                    counted(n, "offset"),
+                    started.elapsed()
+                ),
+                Err(e) => tracing::warn!(
+                    stream,
+                    "commit before releasing {} failed: {e}; the next owner will mirror again \
+                     the records of {} acknowledged after its last committed offset \
+                     (duplicates, no loss)",
+                    counted(partitions.len(), "partition"),
+                    counted(uncommitted.len(), "partition")
+                ),
+            }
         }
         let mut tracker = self.shared.tracker();
+        let mut committed = self
+            .shared
+            .committed_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         for (topic, partition) in partitions {
             tracker.release(topic, *partition);
+            committed.remove(&(topic.clone(), *partition));
         }
+    }
+
+    /// Those of `partitions` whose commit point is past what their last synchronous commit
+    /// committed (or that have none).
+    fn uncommitted(&self, partitions: &[(String, i32)]) -> Vec<(String, i32)> {
+        let points = self.shared.tracker().commit_points_of(partitions);
+        let committed = self
+            .shared
+            .committed_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        points
+            .into_iter()
+            .filter(|p| committed.get(&(p.topic.clone(), p.partition)) != Some(&p.offset))
+            .map(|p| (p.topic, p.partition))
+            .collect()
     }
 
     /// Calls the user's listener, if any; its error is fatal for the mirror.

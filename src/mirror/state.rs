@@ -194,6 +194,10 @@ pub struct StreamShared {
     pub last_turn: AtomicU64,
     /// Per assigned source partition, the consumer's lag in its latest statistics.
     pub lag: Mutex<Vec<PartitionLag>>,
+    /// Per source partition owned now, the offset its last successful synchronous commit
+    /// committed (the shutdown commit, or a commit before a release): a release that finds
+    /// the same commit point has nothing to commit.
+    pub committed_sync: Mutex<std::collections::HashMap<(String, i32), i64>>,
 }
 
 impl StreamShared {
@@ -214,6 +218,7 @@ impl StreamShared {
             source_up: true.into(),
             last_turn: Default::default(),
             lag: Default::default(),
+            committed_sync: Default::default(),
         });
         shared.stats.streams.register(&shared);
         shared
