@@ -893,3 +893,27 @@ fn ready_does_not_wait_for_an_assignment() {
     assert_eq!(metric(&m, "mirror_streams_assigned", ""), Some(0.0), "{m}");
     assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
 }
+
+/// Issue 16 #6: ready means both clusters reachable: the source going away is not ready too.
+#[test]
+fn not_ready_while_the_source_is_down() {
+    let clusters = MockPair::new(TOPIC, 2);
+    let addr = free_local_addr();
+    let mut mirror = clusters.start(STATISTICS, STATISTICS, &["--metrics.addr", &addr]);
+    wait_until(Duration::from_secs(30), "ready", || {
+        http_get(&addr, "/health/ready").0 == 200
+    });
+    clusters.source.broker_down(1).unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "not ready while the source is down",
+        || http_get(&addr, "/health/ready").0 == 503,
+    );
+    let (_, why) = http_get(&addr, "/health/ready");
+    assert!(why.contains("reach the source cluster"), "{why}");
+    clusters.source.broker_up(1).unwrap();
+    wait_until(Duration::from_secs(30), "ready again", || {
+        http_get(&addr, "/health/ready").0 == 200
+    });
+    assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
+}
