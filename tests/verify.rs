@@ -320,3 +320,23 @@ fn reaching_the_end_of_a_partition_prints_no_error() {
         );
     }
 }
+
+/// Issue 16 #2: a matching topic with no records has nothing for the group to commit; with
+/// `--until committed` it is not a topic left unchecked (the others are checked).
+#[test]
+fn an_empty_topic_without_commits_is_not_a_failure_of_until_committed() {
+    let clusters = clusters_with_source();
+    clusters.mirror_until_committed(&[], 200);
+    clusters.source.create_topic("quiet", 2, 1).unwrap();
+    clusters.target.create_topic("quiet", 2, 1).unwrap();
+    let out = run_verify_args(
+        &clusters,
+        &["--whitelist", "orders|quiet", "--until", "committed"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("OK: 200 source records checked"),
+        "{stdout}"
+    );
+}

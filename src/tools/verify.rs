@@ -229,16 +229,6 @@ fn checked_ranges(
         Until::Committed => Some(committed_offsets(v, topic, partitions)?),
         Until::End => None,
     };
-    let not_checked = committed
-        .as_ref()
-        .filter(|c| c.iter().all(Option::is_none))
-        .map(|_| {
-            format!(
-                "group {} has committed no offset for topic {topic}: nothing of it is checked \
-                 (--until committed checks up to the group's committed offsets)",
-                v.source.get("group.id").unwrap_or_default()
-            )
-        });
     for (i, &p) in partitions.iter().enumerate() {
         let (low, high) = source
             .fetch_watermarks(topic, p, timeout)
@@ -259,6 +249,22 @@ fn checked_ranges(
             ..PartitionReport::default()
         });
     }
+    // A group that committed nothing for a topic with records to check leaves it unchecked
+    // (a topic without records has nothing for the group to commit).
+    let has_records = reports
+        .iter()
+        .zip(&ranges)
+        .any(|(r, (_, _, high))| *high > r.from);
+    let not_checked = committed
+        .as_ref()
+        .filter(|c| has_records && c.iter().all(Option::is_none))
+        .map(|_| {
+            format!(
+                "group {} has committed no offset for topic {topic}: nothing of it is checked \
+                 (--until committed checks up to the group's committed offsets)",
+                v.source.get("group.id").unwrap_or_default()
+            )
+        });
     Ok((ranges, reports, not_checked))
 }
 
