@@ -1,7 +1,7 @@
 //! `mirror-maker`: subcommand dispatch, and the one place where an outcome becomes an exit
 //! code: 0 clean shutdown (or a check that found nothing wrong), 1 runtime failure, 2 bad
-//! usage or configuration. (130: a second SIGINT/SIGTERM exits at once, from the signal
-//! thread.)
+//! usage or configuration. (130: a second SIGINT/SIGTERM, a second or more after the first,
+//! exits at once, from the signal thread.)
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -36,15 +36,18 @@ const RUNTIME_FAILURE: u8 = 1;
 const BAD_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
+    // Before the command line is parsed: its errors are printed in the format asked for.
+    let format = LogFormat::requested(std::env::args_os());
+    logging::init(format);
     match run() {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Failed) => ExitCode::from(RUNTIME_FAILURE),
         Err(Failure::Usage(e)) => {
-            eprintln!("error: {e:#}");
+            logging::final_error(format, &format!("{e:#}"));
             ExitCode::from(BAD_USAGE)
         }
         Err(Failure::Runtime(e)) => {
-            eprintln!("error: {e:#}");
+            logging::final_error(format, &format!("{e:#}"));
             ExitCode::from(RUNTIME_FAILURE)
         }
     }
@@ -58,14 +61,11 @@ fn run() -> Result<Outcome, Failure> {
             let _ = e.print();
             return Ok(Outcome::Success);
         }
-        Err(e) => return Err(usage(one_line_usage_error(&e))),
+        Err(e) => {
+            let subcommand = subcommand_named(std::env::args().nth(1).as_deref());
+            return Err(usage(one_line_usage_error(&e, subcommand.as_deref())));
+        }
     };
-    logging::init(match &cli.command {
-        None => cli.mirror.log_format,
-        Some(Command::Check(args)) => args.log_format,
-        Some(Command::Verify(args)) => args.mirror.log_format,
-        Some(Command::Demo(_)) => LogFormat::Text,
-    });
     match cli.command {
         Some(Command::Demo(args)) => match demo::run(&args).map_err(Failure::Runtime)? {
             true => Ok(Outcome::Success),
@@ -77,9 +77,20 @@ fn run() -> Result<Outcome, Failure> {
     }
 }
 
-/// clap's error as one line: what is wrong; the usage is one --help away. clap lists missing
-/// arguments on the lines after the first; they are joined.
-fn one_line_usage_error(e: &clap::Error) -> String {
+/// `arg` if it names a subcommand (`verify`, `check`, `demo`).
+fn subcommand_named(arg: Option<&str>) -> Option<String> {
+    use clap::CommandFactory;
+    let arg = arg?;
+    Cli::command()
+        .get_subcommands()
+        .any(|c| c.get_name() == arg)
+        .then(|| arg.to_owned())
+}
+
+/// clap's error as one line: what is wrong; the usage is one --help away (the subcommand's
+/// own, for a subcommand). clap lists missing arguments on the lines after the first; they
+/// are joined.
+fn one_line_usage_error(e: &clap::Error, subcommand: Option<&str>) -> String {
     let rendered = e.render().to_string();
     let mut lines = rendered.lines();
     let first = lines.next().unwrap_or("error: bad usage");
@@ -88,7 +99,10 @@ fn one_line_usage_error(e: &clap::Error) -> String {
         message.push(' ');
         message.push_str(item.trim());
     }
-    message.push_str(" (see mirror-maker --help)");
+    match subcommand {
+        Some(name) => message.push_str(&format!(" (see mirror-maker {name} --help)")),
+        None => message.push_str(" (see mirror-maker --help)"),
+    }
     message
 }
 
@@ -162,13 +176,17 @@ fn run_mirror(args: &MirrorArgs) -> Result<Outcome, Failure> {
     notify::start(stats.clone(), control.clone(), settings.num_streams);
     watch_signals(control.clone())
         .map_err(|e| Failure::Runtime(e.context("cannot install signal handlers")))?;
-    watch_shutdown(control.clone(), settings.shutdown_timeout + SHUTDOWN_GRACE);
+    watch_shutdown(
+        control.clone(),
+        settings.shutdown_timeout + SHUTDOWN_GRACE,
+        args.log_format,
+    );
     let summary = pipeline::run(&settings, control, stats).map_err(runtime)?;
     if summary.unacknowledged > 0 {
         tracing::warn!(
-            "{} records were not acknowledged by the target before the shutdown timeout; they \
-             were not committed and will be mirrored again on restart",
-            summary.unacknowledged
+            "{} not acknowledged by the target before the shutdown timeout: not committed, \
+             mirrored again on restart",
+            mirror_maker::settings::counted(summary.unacknowledged, "record")
         );
     }
     Ok(Outcome::Success)
@@ -192,7 +210,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 /// The last resort against a shutdown that hangs (a client that cannot close): once a stop is
 /// requested, the process exits 1 after `limit` whatever is still running.
-fn watch_shutdown(control: Arc<Control>, limit: Duration) {
+fn watch_shutdown(control: Arc<Control>, limit: Duration, format: LogFormat) {
     let spawned = std::thread::Builder::new()
         .name("shutdown-watchdog".into())
         .spawn(move || {
@@ -200,8 +218,11 @@ fn watch_shutdown(control: Arc<Control>, limit: Duration) {
                 std::thread::sleep(Duration::from_millis(100));
             }
             std::thread::sleep(limit);
-            eprintln!(
-                "error: shutdown did not finish within {limit:?}; exiting without waiting further"
+            logging::final_error(
+                format,
+                &format!(
+                    "shutdown did not finish within {limit:?}; exiting without waiting further"
+                ),
             );
             std::process::exit(RUNTIME_FAILURE.into());
         });
@@ -210,8 +231,17 @@ fn watch_shutdown(control: Arc<Control>, limit: Duration) {
     }
 }
 
-/// SIGINT or SIGTERM asks the streams to stop, flush and commit; a second one exits at once
-/// (what was committed stays committed; the rest is mirrored again on restart).
+/// How long after the first signal another one is still the same request: supervisors signal
+/// the process and its group microseconds apart (GNU `timeout`, systemd's
+/// KillMode=control-group, `docker stop` of a shell's children), a person presses Ctrl-C again.
+const SAME_REQUEST: Duration = Duration::from_secs(1);
+
+/// Exit code when a second signal ends the process without waiting for the flush.
+const EXIT_NOW: i32 = 130;
+
+/// SIGINT or SIGTERM asks the streams to stop, flush and commit; another one at least
+/// [`SAME_REQUEST`] later exits at once with 130 (what was committed stays committed; the rest
+/// is mirrored again on restart).
 fn watch_signals(control: Arc<Control>) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -228,18 +258,30 @@ fn watch_signals(control: Arc<Control>) -> anyhow::Result<()> {
         .name("signals".into())
         .spawn(move || {
             runtime.block_on(async move {
-                for round in 0.. {
+                let mut first: Option<std::time::Instant> = None;
+                loop {
                     let name = tokio::select! {
                         _ = int.recv() => "SIGINT",
                         _ = term.recv() => "SIGTERM",
                     };
-                    if round == 0 {
-                        tracing::info!("{name}: stopping (flush, commit, exit)");
-                        notify::stopping();
-                        control.request_stop();
-                    } else {
-                        tracing::warn!("{name} again: exiting now without waiting for the flush");
-                        std::process::exit(130);
+                    match first {
+                        None => {
+                            first = Some(std::time::Instant::now());
+                            tracing::info!("{name}: stopping (flush, commit, exit)");
+                            notify::stopping();
+                            control.request_stop();
+                        }
+                        Some(at) if at.elapsed() < SAME_REQUEST => tracing::debug!(
+                            "{name} again within {SAME_REQUEST:?} of the first: the same stop \
+                             request"
+                        ),
+                        Some(_) => {
+                            tracing::warn!(
+                                "{name} again: exiting now without waiting for the flush \
+                                 (exit {EXIT_NOW})"
+                            );
+                            std::process::exit(EXIT_NOW);
+                        }
                     }
                 }
             })

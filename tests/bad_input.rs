@@ -410,3 +410,104 @@ fn other_jaas_login_modules_are_refused_with_the_librdkafka_settings_to_use() {
         assert!(!String::from_utf8_lossy(&out.stderr).contains("s3cr3t"));
     }
 }
+
+/// The mirror's flags against unreachable clusters, failing after 500 ms, then `extra`.
+fn unreachable_args(dir: &Path, extra: &[&str]) -> Vec<String> {
+    let (c, p) = good_configs(dir);
+    let mut args: Vec<String> = mirror_args(&c, &p, &["--startup.timeout.ms", "500"])
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// Every line of `stderr` is a JSON object with a level and a message; returns the messages.
+fn json_messages(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not a JSON object ({e}): {line}\nall:\n{stderr}"));
+            assert!(value["level"].is_string(), "{line}");
+            value["message"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect()
+}
+
+/// Issue 16 #10: with `--log.format json`, configuration errors and the final error line are
+/// JSON objects too.
+#[test]
+fn json_logs_include_configuration_errors_and_the_final_error() {
+    let dir = tempdir();
+    let (_, p) = good_configs(dir.path());
+    // A configuration error (exit 2), a command-line error (exit 2), a runtime failure (1).
+    let bad_file = binary()
+        .args(mirror_args(
+            "/nonexistent/c.toml",
+            &p,
+            &["--log.format", "json"],
+        ))
+        .output()
+        .unwrap();
+    let bad_flag = binary()
+        .args(mirror_args(
+            "/nonexistent/c.toml",
+            &p,
+            &["--log.format=json", "--nope"],
+        ))
+        .output()
+        .unwrap();
+    let unreachable = binary()
+        .args(unreachable_args(dir.path(), &["--log.format", "json"]))
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    for (out, code, needle) in [
+        (&bad_file, 2, "/nonexistent/c.toml"),
+        (&bad_flag, 2, "--nope"),
+        (&unreachable, 1, "cannot reach the source cluster"),
+    ] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{stderr}");
+        let messages = json_messages(&stderr);
+        assert!(messages.iter().any(|m| m.contains(needle)), "{stderr}");
+    }
+    assert_eq!(String::from_utf8_lossy(&bad_file.stderr).lines().count(), 1);
+}
+
+/// Issue 16 #4: a value librdkafka accepts key by key but refuses when it makes the client
+/// (an unknown assignment strategy) is a configuration error (exit 2) before any broker is
+/// contacted, for the mirror and for `check` alike.
+#[test]
+fn a_config_librdkafka_refuses_at_client_creation_is_a_usage_error() {
+    let dir = tempdir();
+    let c = write_config(
+        dir.path(),
+        "c.toml",
+        NOWHERE,
+        &[
+            ("group.id", "g"),
+            ("partition.assignment.strategy", "nonsense"),
+        ],
+    );
+    let p = write_config(dir.path(), "p.toml", NOWHERE, &[]);
+    let (c, p) = (c.display().to_string(), p.display().to_string());
+    let needles = ["consumer config", c.as_str(), "nonsense"];
+    assert_refused(&mirror_args(&c, &p, &[]), &needles);
+    let mut check = vec!["check"];
+    check.extend(mirror_args(&c, &p, &[]));
+    assert_refused(&check, &needles);
+}
+
+/// Issue 16 #12: a subcommand's usage error points at that subcommand's help.
+#[test]
+fn a_subcommand_usage_error_points_at_its_own_help() {
+    assert_refused(
+        &["verify", "--nope"],
+        &["--nope", "(see mirror-maker verify --help)"],
+    );
+    assert_refused(&["check", "--nope"], &["(see mirror-maker check --help)"]);
+    assert_refused(&["--nope"], &["(see mirror-maker --help)"]);
+}

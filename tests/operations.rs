@@ -473,6 +473,449 @@ fn check_lists_what_would_be_mirrored_and_explains_each_problem() {
     assert_eq!(code, 2, "{out}");
 }
 
+/// The buckets of the histogram `name`: (upper bound, cumulative count), +Inf last.
+fn buckets(exposition: &str, name: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    exposition
+        .lines()
+        .filter_map(|l| {
+            let (le, count) = l.strip_prefix(&prefix)?.split_once("\"} ")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Issue 16 #3: the replication latency runs from the source record's timestamp to the
+/// target's acknowledgement (not from the broker's append time in the delivery report).
+#[test]
+fn replication_latency_runs_from_the_source_timestamp_to_the_acknowledgement() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let clusters = MockPair::new(TOPIC, PARTITIONS);
+    let addr = free_local_addr();
+    let mut mirror = clusters.start(
+        &[],
+        &[],
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--metrics.addr",
+            &addr,
+        ],
+    );
+    wait_until(Duration::from_secs(30), "ready", || {
+        http_get(&addr, "/health/ready").0 == 200
+    });
+    // Records stamped now (the producer's default), mirrored while the mirror runs.
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", clusters.src())
+        .create()
+        .unwrap();
+    for i in 0..50 {
+        let key = format!("k{i}");
+        producer
+            .send(BaseRecord::<String, str>::to(TOPIC).key(&key).payload("v"))
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, PARTITIONS, 50);
+    let m = scrape(&addr);
+    let buckets = buckets(&m, "mirror_replication_latency_seconds");
+    assert_eq!(buckets.last(), Some(&(f64::INFINITY, 50.0)), "{m}");
+    // Mirrored within seconds of being written: all of them in the buckets up to 5 s.
+    let within = buckets
+        .iter()
+        .filter(|(le, _)| *le <= 5.0)
+        .map(|(_, n)| *n)
+        .fold(0.0, f64::max);
+    assert_eq!(within, 50.0, "{m}");
+    let sum = metric(&m, "mirror_replication_latency_seconds_sum", "").unwrap();
+    assert!(sum < 50.0 * 5.0, "{m}");
+    assert_eq!(mirror.stop().code(), Some(0));
+}
+
+/// Issue 16 #5: GNU `timeout` sends SIGTERM to the mirror and then to its process group,
+/// microseconds apart: one stop request, a clean stop (exit 0), not "exit now".
+#[test]
+fn two_sigterms_at_once_from_timeout_stop_cleanly() {
+    let clusters = MockPair::new(TOPIC, 2);
+    clusters.write(0..100);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let log = dir.path().join("stderr.log");
+    let status = std::process::Command::new("timeout")
+        .args(["--preserve-status", "--signal", "TERM", "6"])
+        .arg(env!("CARGO_BIN_EXE_mirror-maker"))
+        .arg("--consumer.config")
+        .arg(&c)
+        .arg("--producer.config")
+        .arg(&p)
+        .args(["--whitelist", TOPIC, "--offset.commit.interval.ms", "300"])
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .status()
+        .expect("running timeout (GNU coreutils)");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("SIGTERM: stopping"), "{log}");
+    assert!(!log.contains("exiting now"), "{log}");
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert_eq!(committed_total(&clusters.src(), TOPIC, 2), 100, "{log}");
+}
+
+/// Issue 16 #5: two signals 50 ms apart (a supervisor signalling the process and its group,
+/// as `timeout`, `docker stop` or systemd's KillMode=control-group may) are one stop request.
+#[test]
+fn two_sigterms_50_ms_apart_stop_cleanly() {
+    let clusters = MockPair::new(TOPIC, 2);
+    clusters.write(0..100);
+    let mut mirror = clusters.start(&[], &[], &["--offset.commit.interval.ms", "300"]);
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 100);
+    mirror.signal("TERM");
+    std::thread::sleep(Duration::from_millis(50));
+    if mirror.is_running() {
+        mirror.signal("TERM");
+    }
+    let status = mirror.wait(Duration::from_secs(30));
+    let log = mirror.log();
+    assert!(!log.contains("exiting now"), "{log}");
+    assert_eq!(status.code(), Some(0), "{log}");
+}
+
+/// Issue 16 #5: a second signal well after the first (a person pressing Ctrl-C again while
+/// the flush waits for an unreachable target) exits at once with 130.
+#[test]
+fn a_second_signal_seconds_later_exits_now_with_130() {
+    let clusters = MockPair::new(TOPIC, 2);
+    let mut mirror = clusters.start(&[], &[], &["--shutdown.timeout.ms", "20000"]);
+    wait_until(Duration::from_secs(30), "an assignment", || {
+        mirror.log().contains("assigned 2 partitions")
+    });
+    clusters.target.broker_down(1).unwrap();
+    clusters.write(0..100);
+    // Let the records reach the stream and wait for the target.
+    std::thread::sleep(Duration::from_millis(500));
+    mirror.signal("TERM");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(mirror.is_running(), "{}", mirror.log());
+    mirror.signal("TERM");
+    let status = mirror.wait(Duration::from_secs(10));
+    let log = mirror.log();
+    assert_eq!(status.code(), Some(130), "{log}");
+    assert!(log.contains("SIGTERM again: exiting now"), "{log}");
+}
+
+/// A mirror that logs a few lines and exits 1 by itself within seconds: source topic `wide` has
+/// 4 partitions, its target 2, under `--partitioning preserve` (the mock cannot add any).
+/// Returns the clusters (keep them alive) and the mirror's arguments.
+fn a_mirror_that_stops_by_itself(dir: &std::path::Path) -> (MockPair, Vec<String>) {
+    let clusters = MockPair::new(TOPIC, 1);
+    clusters.source.create_topic("wide", 4, 1).unwrap();
+    clusters.target.create_topic("wide", 2, 1).unwrap();
+    let (c, p) = mirror_configs(dir, &clusters.src(), &clusters.dst(), &[], &[]);
+    let args = [
+        "--consumer.config",
+        c.to_str().unwrap(),
+        "--producer.config",
+        p.to_str().unwrap(),
+        "--whitelist",
+        "wide",
+        "--startup.timeout.ms",
+        "3000",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    (clusters, args)
+}
+
+/// Issue 16 #9: log lines written to a file or a pipe carry no ANSI colour codes.
+#[test]
+fn logs_off_a_terminal_have_no_colour() {
+    let dir = tempdir();
+    let (_clusters, args) = a_mirror_that_stops_by_itself(dir.path());
+    let out = binary()
+        .args(&args)
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("mirroring topics matching"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+}
+
+/// Runs the binary with `args` on a pseudo-terminal (util-linux `script`), returning what the
+/// terminal showed.
+fn on_a_terminal(args: &[String], env: &[(&str, &str)]) -> String {
+    let command = std::iter::once(env!("CARGO_BIN_EXE_mirror-maker").to_owned())
+        .chain(args.iter().cloned())
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("running script (util-linux)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue 16 #9: on a terminal, colour, unless NO_COLOR is set (https://no-color.org).
+#[test]
+fn logs_on_a_terminal_are_coloured_unless_no_color_is_set() {
+    let dir = tempdir();
+    let (_clusters, args) = a_mirror_that_stops_by_itself(dir.path());
+    let shown = on_a_terminal(&args, &[]);
+    assert!(shown.contains("mirroring topics matching"), "{shown}");
+    assert!(
+        shown.contains("\u{1b}["),
+        "no colour on a terminal: {shown:?}"
+    );
+    let shown = on_a_terminal(&args, &[("NO_COLOR", "1")]);
+    assert!(shown.contains("mirroring topics matching"), "{shown}");
+    assert!(
+        !shown.contains('\u{1b}'),
+        "colour despite NO_COLOR: {shown:?}"
+    );
+}
+
+/// Issue 16 #10: with `--log.format json`, the final error line is a JSON object too.
+#[test]
+fn json_logs_end_with_a_json_error_line() {
+    let dir = tempdir();
+    let (_clusters, mut args) = a_mirror_that_stops_by_itself(dir.path());
+    args.extend(["--log.format".to_owned(), "json".to_owned()]);
+    let out = binary()
+        .args(&args)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let last = stderr.lines().rfind(|l| !l.trim().is_empty()).unwrap();
+    for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("not a JSON object ({e}): {line}\nall:\n{stderr}"));
+    }
+    let last: serde_json::Value = serde_json::from_str(last).unwrap();
+    assert_eq!(last["level"], "ERROR", "{stderr}");
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .contains("target topic wide has 2 partitions"),
+        "{stderr}"
+    );
+}
+
+/// Issue 16 #8: before any statistics of an assigned partition the lag is unknown (not 0,
+/// with a backlog waiting); rates and totals are kept apart, looped records included.
+#[test]
+fn progress_lines_say_lag_unknown_until_known_and_keep_rates_and_totals_apart() {
+    let clusters = MockPair::new(TOPIC, 2);
+    clusters.write(0..1000);
+    let mut mirror = clusters.start(
+        &[],
+        &[],
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--progress.interval.ms",
+            "200",
+        ],
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 1000);
+    // A few more lines once the lag is known.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(mirror.stop().code(), Some(0));
+    let log = mirror.log();
+    let assigned_at = log.find("assigned 2 partitions").expect("an assignment");
+    let before: Vec<&str> = log[..assigned_at]
+        .lines()
+        .filter(|l| l.contains("progress:"))
+        .collect();
+    assert!(
+        !before.is_empty(),
+        "no progress line before the assignment:\n{log}"
+    );
+    for line in &before {
+        assert!(line.contains("lag unknown"), "{line}\n{log}");
+    }
+    let stopping = log.find("SIGTERM: stopping").expect("the stop");
+    let last = log[..stopping]
+        .lines()
+        .rfind(|l| l.contains("progress:"))
+        .expect("a progress line");
+    assert!(last.contains("lag 0"), "{last}");
+    let (rates, totals) = last
+        .split_once("; totals: ")
+        .unwrap_or_else(|| panic!("rates and totals not apart: {last}"));
+    assert!(rates.contains("records/s"), "{last}");
+    for word in [
+        "consumed 1000",
+        "acknowledged 1000",
+        "dropped 0",
+        "filtered 0",
+        "looped 0",
+    ] {
+        assert!(totals.contains(word), "{word:?} not in the totals: {last}");
+    }
+    assert!(!totals.contains("/s"), "{last}");
+}
+
+/// `text` has no "1 partitions", "1 brokers" and the like.
+fn assert_singulars(text: &str) {
+    for noun in [
+        "partitions",
+        "brokers",
+        "records",
+        "streams",
+        "topics",
+        "offsets",
+    ] {
+        for lead in [" ", "(", "\n"] {
+            let wrong = format!("{lead}1 {noun}");
+            assert!(!text.contains(&wrong), "{wrong:?} in:\n{text}");
+        }
+    }
+}
+
+/// Issue 16 #12: one of a thing is not plural, in the mirror's log and in `check`.
+#[test]
+fn one_partition_one_broker_one_record_are_singular() {
+    let clusters = MockPair::new(TOPIC, 1);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let (code, out) = check(
+        &c,
+        &p,
+        &["--whitelist", "orders", "--target.topic", "z.{topic}"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("reachable (1 broker)"), "{out}");
+    assert!(out.contains("will be created with 1 partition"), "{out}");
+    assert_singulars(&out);
+    clusters.write(0..1);
+    let log = clusters.mirror_until_committed(&[], 1);
+    assert!(log.contains("assigned 1 partition: orders/0"), "{log}");
+    assert_singulars(&log);
+}
+
+/// Sends `METHOD path` over HTTP/1.0 and returns the whole response.
+fn http_raw(addr: &str, method: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(stream, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+}
+
+/// Issue 16 #12: HEAD is answered like GET, without a body (monitoring probes use it); other
+/// methods get 405 with the allowed ones.
+#[test]
+fn head_is_answered_like_get_without_a_body() {
+    let clusters = MockPair::new(TOPIC, 2);
+    let addr = free_local_addr();
+    let mut mirror = clusters.start(&[], &[], &["--metrics.addr", &addr]);
+    wait_until(Duration::from_secs(10), "live", || {
+        http_get(&addr, "/health/live").0 == 200
+    });
+    for path in ["/metrics", "/health/live"] {
+        let response = http_raw(&addr, "HEAD", path);
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(head.contains("Content-Length: "), "{response}");
+        assert_eq!(body, "", "{response}");
+    }
+    let response = http_raw(&addr, "POST", "/metrics");
+    assert!(response.starts_with("HTTP/1.1 405"), "{response}");
+    assert!(response.contains("Allow: GET, HEAD"), "{response}");
+    assert_eq!(mirror.stop().code(), Some(0));
+}
+
+/// Issue 16 #6: ready (HTTP and systemd's READY=1) means running with both clusters
+/// reachable; a whitelist that matches nothing yet leaves the mirror waiting, ready, with no
+/// assignment, which /health/ready and a metric say apart.
+#[test]
+fn ready_does_not_wait_for_an_assignment() {
+    use std::os::unix::net::UnixDatagram;
+    let clusters = MockPair::new(TOPIC, 2);
+    let dir = tempdir();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    let addr = free_local_addr();
+    let mut mirror = Mirror::start_with_env(
+        &c,
+        &p,
+        "nothing-matches-this.*",
+        &["--metrics.addr", &addr],
+        &[("NOTIFY_SOCKET", socket_path.to_str().unwrap())],
+    );
+    let mut heard = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut buf = [0u8; 512];
+    while !heard.iter().any(|m: &String| m.contains("READY=1"))
+        && std::time::Instant::now() < deadline
+    {
+        if let Ok(n) = socket.recv(&mut buf) {
+            heard.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+    }
+    assert!(
+        heard.iter().any(|m| m.contains("READY=1")),
+        "no READY=1: {heard:?}\n{}",
+        mirror.log()
+    );
+    let (status, body) = http_get(&addr, "/health/ready");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("streams with an assignment: 0 of 1"),
+        "{body}"
+    );
+    let m = scrape(&addr);
+    assert_eq!(metric(&m, "mirror_streams_assigned", ""), Some(0.0), "{m}");
+    assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
+}
+
+/// Issue 16 #6: ready means both clusters reachable: the source going away is not ready too.
+#[test]
+fn not_ready_while_the_source_is_down() {
+    let clusters = MockPair::new(TOPIC, 2);
+    let addr = free_local_addr();
+    let mut mirror = clusters.start(STATISTICS, STATISTICS, &["--metrics.addr", &addr]);
+    wait_until(Duration::from_secs(30), "ready", || {
+        http_get(&addr, "/health/ready").0 == 200
+    });
+    clusters.source.broker_down(1).unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "not ready while the source is down",
+        || http_get(&addr, "/health/ready").0 == 503,
+    );
+    let (_, why) = http_get(&addr, "/health/ready");
+    assert!(why.contains("reach the source cluster"), "{why}");
+    clusters.source.broker_up(1).unwrap();
+    wait_until(Duration::from_secs(30), "ready again", || {
+        http_get(&addr, "/health/ready").0 == 200
+    });
+    assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
+}
+
 #[test]
 fn failed_commits_are_counted_logged_and_make_the_mirror_unready() {
     use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};

@@ -207,11 +207,7 @@ fn a_source_topic_that_disappears_is_dropped_and_picked_up_again() {
     wait_until(
         Duration::from_secs(30),
         "the mirror to drop the vanished topic",
-        || {
-            mirror
-                .log()
-                .contains("subscribed to 1 topics: orders.other")
-        },
+        || mirror.log().contains("subscribed to 1 topic: orders.other"),
     );
     // The other topic keeps flowing meanwhile.
     write_samples(&clusters.src(), "orders.other", 500..700, 2, 50).unwrap();

@@ -277,3 +277,131 @@ fn a_mirror_with_loop_prevention_is_verified_with_the_mirrors_own_flags() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(json["totals"]["changed"], 200);
 }
+
+/// Runs `mirror-maker verify` with exactly these arguments after the config files.
+fn run_verify_args(clusters: &MockPair, args: &[&str]) -> Output {
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
+    binary()
+        .arg("verify")
+        .arg("--consumer.config")
+        .arg(&c)
+        .arg("--producer.config")
+        .arg(&p)
+        .args(["--timeout.ms", "10000"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Issue 16 #2: a whitelist that matches nothing checks nothing, and that is not a pass.
+#[test]
+fn a_whitelist_that_matches_nothing_fails_and_says_so() {
+    let clusters = clusters_with_source();
+    copy_samples(&clusters, 0..200);
+    let out = run_verify_args(&clusters, &["--whitelist", "nothing-like-this"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("no source topic matches --whitelist \"nothing-like-this\""),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("OK"), "{stdout}");
+}
+
+/// Issue 16 #2: `--until committed` with a group that never committed checks nothing.
+#[test]
+fn until_committed_with_a_group_that_never_committed_fails_and_says_so() {
+    let clusters = clusters_with_source();
+    copy_samples(&clusters, 0..200);
+    let out = run_verify(&clusters, &["--until", "committed"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("group mirror-test has committed no offset for topic orders"),
+        "{stdout}"
+    );
+    let (out, json) = verify(&clusters, &["--until", "committed"]);
+    assert_eq!(out.status.code(), Some(1), "{json}");
+    assert_eq!(json["ok"], false, "{json}");
+}
+
+/// Issue 16 #2: identical records (null key and value, same timestamp) of one source partition
+/// spread over target partitions by hash partitioning are not an ordering error: which copy
+/// stands for which source record cannot be told.
+#[test]
+fn identical_records_spread_by_hash_partitioning_are_not_out_of_order() {
+    let clusters = MockPair::new(TOPIC, PARTITIONS);
+    let send = |bootstrap: &str, partition: i32, key: Option<&str>, timestamp: i64| {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .create()
+            .unwrap();
+        let mut record: BaseRecord<'_, str, str> = BaseRecord::to(TOPIC)
+            .partition(partition)
+            .timestamp(timestamp);
+        record.key = key;
+        record.payload = key;
+        producer.send(record).unwrap();
+        producer.flush(std::time::Duration::from_secs(10)).unwrap();
+    };
+    let t0 = 1_700_000_000_000;
+    for i in 0..20 {
+        let y = format!("y{i}");
+        let t = t0 + i;
+        // Source partition 0: X, Y, X (the two X identical).
+        send(&clusters.src(), 0, None, t);
+        send(&clusters.src(), 0, Some(&y), t);
+        send(&clusters.src(), 0, None, t);
+        // On the target, the first X in one partition, Y and the second X in the other (each
+        // partition in source order, as a correct mirror writes them).
+        let (first, rest) = if i % 2 == 0 { (1, 0) } else { (0, 1) };
+        send(&clusters.dst(), first, None, t);
+        send(&clusters.dst(), rest, Some(&y), t);
+        send(&clusters.dst(), rest, None, t);
+    }
+    let (out, json) = verify(&clusters, &["--partitioning", "hash"]);
+    assert_eq!(totals(&json), [0; 5], "{json}");
+    assert_eq!(out.status.code(), Some(0), "{json}");
+}
+
+/// Issue 16 #11: reaching the end of a partition is normal; verify prints no error line for it
+/// (librdkafka's PartitionEOF), whatever it finds.
+#[test]
+fn reaching_the_end_of_a_partition_prints_no_error() {
+    let clusters = clusters_with_source();
+    clusters.mirror_until_committed(&[], 200);
+    // Records no mirror copied yet (as on a live mirror): reading the source to its end while
+    // checking up to the commits meets the end of a partition more often than not.
+    clusters.write(200..220);
+    for until in ["end", "committed", "end", "committed", "end", "committed"] {
+        let out = run_verify(&clusters, &["--until", until]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let expected = if until == "end" { 1 } else { 0 };
+        assert_eq!(out.status.code(), Some(expected), "{stderr}");
+        assert!(
+            !stderr.contains("ERROR") && !stderr.contains("PartitionEOF"),
+            "{stderr}"
+        );
+    }
+}
+
+/// Issue 16 #2: a matching topic with no records has nothing for the group to commit; with
+/// `--until committed` it is not a topic left unchecked (the others are checked).
+#[test]
+fn an_empty_topic_without_commits_is_not_a_failure_of_until_committed() {
+    let clusters = clusters_with_source();
+    clusters.mirror_until_committed(&[], 200);
+    clusters.source.create_topic("quiet", 2, 1).unwrap();
+    clusters.target.create_topic("quiet", 2, 1).unwrap();
+    let out = run_verify_args(
+        &clusters,
+        &["--whitelist", "orders|quiet", "--until", "committed"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("OK: 200 source records checked"),
+        "{stdout}"
+    );
+}

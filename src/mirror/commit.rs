@@ -33,6 +33,13 @@ pub fn commit_sync<C: ConsumerContext>(
         .observe(started.elapsed().as_secs_f64());
     committed(shared, &result, points.len());
     result?;
+    let mut committed_sync = shared
+        .committed_sync
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    for point in &points {
+        committed_sync.insert((point.topic.clone(), point.partition), point.offset);
+    }
     tracing::debug!(stream = shared.stream, "committed {points:?}");
     Ok(points.len())
 }

@@ -115,16 +115,21 @@ impl ProducerContext for DeliveryContext {
     fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
         let ticket = Ticket::from_opaque(opaque);
         match result {
-            Ok(message) => {
+            Ok(_) => {
                 Stats::add(&self.shared.stats.acknowledged, 1);
-                if let Some(t) = message.timestamp().to_millis() {
-                    self.shared.stats.recorded.observe_latency(t);
-                }
-                if self.shared.tracker().ack(ticket) == Outcome::Stale {
-                    tracing::debug!(
+                // Latency runs from the source record's timestamp (kept by the tracker): the
+                // report's own timestamp may be the target broker's log-append time.
+                let acked = match self.shared.tracker().ack(ticket) {
+                    Outcome::Recorded(source) => Some(source.timestamp),
+                    Outcome::Stale => None,
+                };
+                match acked {
+                    Some(Some(t)) => self.shared.stats.recorded.observe_latency(t),
+                    Some(None) => {}
+                    None => tracing::debug!(
                         stream = self.shared.stream,
                         "acknowledged a record of a partition released since"
-                    );
+                    ),
                 }
             }
             Err((error, _))

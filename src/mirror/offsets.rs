@@ -65,6 +65,8 @@ pub struct SourceRecord<'a> {
     pub topic: &'a str,
     pub partition: i32,
     pub offset: i64,
+    /// The source record's timestamp (create or log-append time), in ms since the epoch.
+    pub timestamp: Option<i64>,
 }
 
 /// What an acknowledgement or failure found.
@@ -79,6 +81,9 @@ pub enum Outcome<'a> {
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     offset: i64,
+    /// The source record's timestamp in ms, or -1: what replication latency is measured from
+    /// when its target records are acknowledged (carried here, not in a per-record box).
+    timestamp: i64,
     /// Size of the source record, counted in `in_flight_bytes` until it is acknowledged.
     bytes: u32,
     /// Target records produced from this source record and not yet acknowledged.
@@ -231,13 +236,15 @@ impl OffsetTracker {
         index
     }
 
-    /// Registers a consumed record of `bytes` bytes from which `outputs` target records will
-    /// be produced. With `outputs == 0` (filtered out) it counts as acknowledged at once.
+    /// Registers a consumed record of `bytes` bytes, stamped `timestamp` (ms), from which
+    /// `outputs` target records will be produced. With `outputs == 0` (filtered out) it counts
+    /// as acknowledged at once.
     pub fn begin(
         &mut self,
         topic: &str,
         partition: i32,
         offset: i64,
+        timestamp: Option<i64>,
         bytes: usize,
         outputs: u32,
     ) -> Ticket {
@@ -256,6 +263,7 @@ impl OffsetTracker {
             let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
             slot.ring.push_back(Entry {
                 offset,
+                timestamp: timestamp.unwrap_or(-1),
                 bytes,
                 pending: outputs,
                 failed: false,
@@ -289,7 +297,7 @@ impl OffsetTracker {
             return Outcome::Stale;
         }
         entry.pending -= 1;
-        let (offset, bytes) = (entry.offset, entry.bytes as usize);
+        let (offset, timestamp, bytes) = (entry.offset, entry.timestamp, entry.bytes as usize);
         let done = entry.pending == 0 && !entry.failed;
         if done {
             self.in_flight -= 1;
@@ -306,6 +314,7 @@ impl OffsetTracker {
             topic: &slot.topic,
             partition: slot.partition,
             offset,
+            timestamp: (timestamp >= 0).then_some(timestamp),
         })
     }
 
@@ -324,6 +333,7 @@ impl OffsetTracker {
             topic: &slot.topic,
             partition: slot.partition,
             offset: entry.offset,
+            timestamp: (entry.timestamp >= 0).then_some(entry.timestamp),
         })
     }
 
@@ -448,9 +458,9 @@ mod tests {
     #[test]
     fn commit_point_is_after_the_longest_acknowledged_prefix() {
         let mut t = OffsetTracker::new();
-        let a = t.begin("t", 0, 10, 10, 1);
-        let b = t.begin("t", 0, 11, 10, 1);
-        let c = t.begin("t", 0, 12, 10, 1);
+        let a = t.begin("t", 0, 10, None, 10, 1);
+        let b = t.begin("t", 0, 11, None, 10, 1);
+        let c = t.begin("t", 0, 12, None, 10, 1);
         assert_eq!(commit_of(&mut t, "t", 0), None);
         // Acks arrive out of order (the records went to different target partitions).
         t.ack(c);
@@ -469,9 +479,9 @@ mod tests {
     #[test]
     fn a_failed_record_pins_the_commit_point_below_it_for_ever() {
         let mut t = OffsetTracker::new();
-        let a = t.begin("t", 3, 100, 10, 1);
-        let b = t.begin("t", 3, 101, 10, 1);
-        let c = t.begin("t", 3, 102, 10, 1);
+        let a = t.begin("t", 3, 100, None, 10, 1);
+        let b = t.begin("t", 3, 101, None, 10, 1);
+        let c = t.begin("t", 3, 102, None, 10, 1);
         t.ack(a);
         let failed = t.fail(b);
         assert_eq!(
@@ -479,12 +489,13 @@ mod tests {
             Outcome::Recorded(SourceRecord {
                 topic: "t",
                 partition: 3,
-                offset: 101
+                offset: 101,
+                timestamp: None
             })
         );
         t.ack(c);
         assert_eq!(commit_of(&mut t, "t", 3), Some(101));
-        let d = t.begin("t", 3, 103, 10, 1);
+        let d = t.begin("t", 3, 103, None, 10, 1);
         t.ack(d);
         assert_eq!(commit_of(&mut t, "t", 3), Some(101));
     }
@@ -492,7 +503,7 @@ mod tests {
     #[test]
     fn fan_out_counts_as_acknowledged_only_when_every_output_is() {
         let mut t = OffsetTracker::new();
-        let a = t.begin("t", 0, 5, 10, 3);
+        let a = t.begin("t", 0, 5, None, 10, 3);
         t.ack(a);
         t.ack(a);
         assert_eq!(commit_of(&mut t, "t", 0), None);
@@ -503,10 +514,10 @@ mod tests {
     #[test]
     fn filtered_records_count_as_acknowledged_at_once() {
         let mut t = OffsetTracker::new();
-        t.begin("t", 0, 0, 10, 0);
+        t.begin("t", 0, 0, None, 10, 0);
         assert_eq!(commit_of(&mut t, "t", 0), Some(1));
-        let b = t.begin("t", 0, 1, 10, 1);
-        t.begin("t", 0, 2, 10, 0);
+        let b = t.begin("t", 0, 1, None, 10, 1);
+        t.begin("t", 0, 2, None, 10, 0);
         assert_eq!(commit_of(&mut t, "t", 0), Some(1), "1 is still in flight");
         t.ack(b);
         assert_eq!(commit_of(&mut t, "t", 0), Some(3));
@@ -515,9 +526,9 @@ mod tests {
     #[test]
     fn partitions_are_tracked_independently() {
         let mut t = OffsetTracker::new();
-        let a0 = t.begin("a", 0, 0, 10, 1);
-        let a1 = t.begin("a", 1, 50, 10, 1);
-        let b0 = t.begin("b", 0, 7, 10, 1);
+        let a0 = t.begin("a", 0, 0, None, 10, 1);
+        let a1 = t.begin("a", 1, 50, None, 10, 1);
+        let b0 = t.begin("b", 0, 7, None, 10, 1);
         t.ack(a1);
         t.ack(b0);
         assert_eq!(commit_of(&mut t, "a", 0), None);
@@ -530,12 +541,12 @@ mod tests {
     #[test]
     fn deliveries_after_revocation_are_stale_even_when_the_slot_is_reused() {
         let mut t = OffsetTracker::new();
-        let old = t.begin("t", 0, 10, 10, 1);
+        let old = t.begin("t", 0, 10, None, 10, 1);
         assert_eq!(t.in_flight(), 1);
         assert_eq!(t.release("t", 0), 1);
         assert_eq!(t.in_flight(), 0);
         // Another partition takes the freed slot index.
-        let new = t.begin("u", 2, 500, 10, 1);
+        let new = t.begin("u", 2, 500, None, 10, 1);
         assert_eq!(new.slot, old.slot);
         assert_eq!(t.ack(old), Outcome::Stale);
         assert_eq!(
@@ -551,9 +562,9 @@ mod tests {
     #[test]
     fn partition_counters_stay_monotonic_across_a_release_and_reassignment() {
         let mut t = OffsetTracker::new();
-        let a = t.begin("t", 0, 0, 100, 1);
-        t.begin("t", 0, 1, 50, 0); // filtered: acknowledged at once
-        t.begin("t", 0, 2, 10, 1); // in flight
+        let a = t.begin("t", 0, 0, None, 100, 1);
+        t.begin("t", 0, 1, None, 50, 0); // filtered: acknowledged at once
+        t.begin("t", 0, 2, None, 10, 1); // in flight
         t.ack(a);
         let counters = |t: &OffsetTracker| {
             t.partition_counters()
@@ -573,7 +584,7 @@ mod tests {
             }
         );
         t.release("t", 0);
-        let b = t.begin("t", 0, 2, 10, 1);
+        let b = t.begin("t", 0, 2, None, 10, 1);
         t.ack(b);
         let after = counters(&t);
         assert_eq!(
@@ -585,8 +596,8 @@ mod tests {
     #[test]
     fn revoked_partition_commit_points_can_be_taken_alone() {
         let mut t = OffsetTracker::new();
-        let a = t.begin("t", 0, 0, 10, 1);
-        let b = t.begin("t", 1, 0, 10, 1);
+        let a = t.begin("t", 0, 0, None, 10, 1);
+        let b = t.begin("t", 1, 0, None, 10, 1);
         t.ack(a);
         t.ack(b);
         assert_eq!(
@@ -601,6 +612,19 @@ mod tests {
     }
 
     #[test]
+    fn an_acknowledgement_carries_the_source_records_timestamp() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 0, 0, Some(1_700_000_000_123), 10, 1);
+        let b = t.begin("t", 0, 1, None, 10, 1);
+        let timestamp = |o: Outcome<'_>| match o {
+            Outcome::Recorded(s) => s.timestamp,
+            Outcome::Stale => panic!("stale"),
+        };
+        assert_eq!(timestamp(t.ack(a)), Some(1_700_000_000_123));
+        assert_eq!(timestamp(t.ack(b)), None);
+    }
+
+    #[test]
     fn tickets_survive_the_round_trip_through_the_opaque() {
         let t = Ticket {
             slot: 12345,
@@ -612,7 +636,7 @@ mod tests {
     #[test]
     fn the_commit_point_follows_the_position_past_markers_once_everything_is_acknowledged() {
         let mut t = OffsetTracker::new();
-        let a = t.begin("t", 0, 10, 10, 1);
+        let a = t.begin("t", 0, 10, None, 10, 1);
         // A transaction marker at 11: the consumer's position is 12.
         t.advance_to_position("t", 0, 12);
         assert_eq!(

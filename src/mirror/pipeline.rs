@@ -9,7 +9,7 @@ use super::state::{Control, ShutdownGate, Stats};
 use super::stream::{Stream, StreamError, StreamReport};
 use super::topics::TopicCreator;
 use crate::settings::flags::Partitioning;
-use crate::settings::Settings;
+use crate::settings::{counted, Settings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MirrorError {
@@ -45,9 +45,9 @@ pub fn run(
         .map(|(name, _)| name)
         .collect();
     tracing::info!(
-        "mirroring topics matching {:?} with {} streams ({} matching now)",
+        "mirroring topics matching {:?} with {} ({} matching now)",
         settings.topics.pattern(),
-        settings.num_streams,
+        counted(settings.num_streams, "stream"),
         topics.len()
     );
     let creator = topic_creator(settings)?;

@@ -24,6 +24,7 @@ use super::topics::TopicCreator;
 use crate::native::member_id;
 use crate::native::queue::Source;
 use crate::plugin::Listener;
+use crate::settings::counted;
 
 pub type MirrorConsumer = BaseConsumer<RebalanceContext>;
 /// The source consumer with our poll of its queue.
@@ -64,10 +65,10 @@ impl RebalanceContext {
             if !timeout.is_zero() {
                 tracing::warn!(
                     stream,
-                    "flush before releasing {} partitions did not finish within {timeout:?} ({e}); \
+                    "flush before releasing {} did not finish within {timeout:?} ({e}); \
                      committing only what the target acknowledged: the next owner will mirror the \
                      rest again (duplicates, no loss)",
-                    partitions.len()
+                    counted(partitions.len(), "partition")
                 );
             }
         }
@@ -75,24 +76,62 @@ impl RebalanceContext {
             // Not while stopping: the shutdown's commit retries poll records they do not track.
             follow_positions(consumer, &self.shared);
         }
-        match commit_sync(consumer, &self.shared, Some(partitions)) {
-            Ok(n) => tracing::info!(
+        // Only partitions acknowledged past their last synchronous commit need one: at a
+        // clean stop the final commit committed them all, and the streams leaving the group
+        // one after another make the broker refuse the later ones' commits
+        // (REBALANCE_IN_PROGRESS) although there is nothing left to commit.
+        let uncommitted = self.uncommitted(partitions);
+        if uncommitted.is_empty() {
+            tracing::info!(
                 stream,
-                "released {} partitions after flushing and committing {n} offsets in {:?}",
-                partitions.len(),
-                started.elapsed()
-            ),
-            Err(e) => tracing::warn!(
-                stream,
-                "commit before releasing {} partitions failed: {e}; the next owner will mirror \
-                 records after the last committed offset again (duplicates, no loss)",
-                partitions.len()
-            ),
+                "released {}: every acknowledged offset was committed already",
+                counted(partitions.len(), "partition")
+            );
+        } else {
+            match commit_sync(consumer, &self.shared, Some(&uncommitted)) {
+                Ok(n) => tracing::info!(
+                    stream,
+                    "released {} after flushing and committing {} in {:?}",
+                    counted(partitions.len(), "partition"),
+                    counted(n, "offset"),
+                    started.elapsed()
+                ),
+                Err(e) => tracing::warn!(
+                    stream,
+                    "commit before releasing {} failed: {e}; the next owner will mirror again \
+                     the records of {} acknowledged after its last committed offset \
+                     (duplicates, no loss)",
+                    counted(partitions.len(), "partition"),
+                    counted(uncommitted.len(), "partition")
+                ),
+            }
         }
         let mut tracker = self.shared.tracker();
+        let mut committed = self
+            .shared
+            .committed_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         for (topic, partition) in partitions {
             tracker.release(topic, *partition);
+            committed.remove(&(topic.clone(), *partition));
         }
+    }
+
+    /// Those of `partitions` whose commit point is past what their last synchronous commit
+    /// committed (or that have none).
+    fn uncommitted(&self, partitions: &[(String, i32)]) -> Vec<(String, i32)> {
+        let points = self.shared.tracker().commit_points_of(partitions);
+        let committed = self
+            .shared
+            .committed_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        points
+            .into_iter()
+            .filter(|p| committed.get(&(p.topic.clone(), p.partition)) != Some(&p.offset))
+            .map(|p| (p.topic, p.partition))
+            .collect()
     }
 
     /// Calls the user's listener, if any; its error is fatal for the mirror.
@@ -121,9 +160,11 @@ impl ClientContext for RebalanceContext {
         clients::librdkafka_log(Cluster::Source, level, fac, message);
     }
 
-    /// Keeps the lag of the assigned partitions: from the position of the next record to
-    /// the high watermark.
+    /// Keeps the lag of the assigned partitions (from the position of the next record to
+    /// the high watermark) and whether a source broker is connected.
     fn stats(&self, statistics: rdkafka::Statistics) {
+        let up = statistics.brokers.values().any(|b| b.state == "UP");
+        self.shared.source_up.store(up, Ordering::Relaxed);
         let mut lag = Vec::new();
         for (topic, t) in &statistics.topics {
             for (partition, p) in &t.partitions {
@@ -182,8 +223,8 @@ impl ConsumerContext for RebalanceContext {
                     partitions.iter().map(|(t, p)| format!("{t}/{p}")).collect();
                 tracing::info!(
                     stream = self.shared.stream,
-                    "assigned {} partitions: {}",
-                    list.len(),
+                    "assigned {}: {}",
+                    counted(list.len(), "partition"),
                     list.join(" ")
                 );
                 if let Some(creator) = &self.topics {

@@ -165,6 +165,14 @@ impl Streams {
             .push(Arc::downgrade(stream));
     }
 
+    /// How many live streams have had their first assignment (possibly empty).
+    pub fn with_assignment(&self) -> usize {
+        self.live()
+            .iter()
+            .filter(|s| s.assigned.load(Ordering::Relaxed))
+            .count()
+    }
+
     pub fn live(&self) -> Vec<Arc<StreamShared>> {
         self.0
             .lock()
@@ -200,6 +208,8 @@ pub struct StreamShared {
     pub assigned: AtomicBool,
     /// Whether the producer's latest statistics showed a target broker connected.
     pub target_up: AtomicBool,
+    /// Whether the consumer's latest statistics showed a source broker connected.
+    pub source_up: AtomicBool,
     /// When the stream's loop last turned (ms since start), for the systemd watchdog.
     pub last_turn: AtomicU64,
     /// Per assigned source partition, the consumer's lag in its latest statistics.
@@ -207,6 +217,10 @@ pub struct StreamShared {
     /// Set when the target refused a record for good in a delivery report (abort mode):
     /// records produced after it may still be queued, and must not land after it.
     pub failed_with_records_behind: AtomicBool,
+    /// Per source partition owned now, the offset its last successful synchronous commit
+    /// committed (the shutdown commit, or a commit before a release): a release that finds
+    /// the same commit point has nothing to commit.
+    pub committed_sync: Mutex<std::collections::HashMap<(String, i32), i64>>,
 }
 
 impl StreamShared {
@@ -224,9 +238,11 @@ impl StreamShared {
             abort_on_send_failure,
             assigned: false.into(),
             target_up: true.into(),
+            source_up: true.into(),
             last_turn: Default::default(),
             lag: Default::default(),
             failed_with_records_behind: false.into(),
+            committed_sync: Default::default(),
         });
         shared.stats.streams.register(&shared);
         shared

@@ -28,7 +28,7 @@ use crate::native::record::Record;
 use crate::plugin::{Emitted, Handler, PluginError};
 use crate::settings::flags::Partitioning;
 use crate::settings::routing::PROVENANCE_HEADER;
-use crate::settings::Settings;
+use crate::settings::{counted, Settings};
 
 /// How long one consumer poll may block when nothing arrives.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -218,8 +218,8 @@ impl<'s> Stream<'s> {
                 })?;
             tracing::info!(
                 stream = self.stream,
-                "subscribed to {} topics: {}",
-                topics.len(),
+                "subscribed to {}: {}",
+                counted(topics.len(), "topic"),
                 topics.join(" ")
             );
         }
@@ -297,8 +297,9 @@ impl<'s> Stream<'s> {
             if started.elapsed() >= self.stall_limit {
                 tracing::info!(
                     stream = self.stream,
-                    "the target has not acknowledged {records} records ({bytes} bytes) for {:?}; \
-                     pausing consumption until it catches up",
+                    "the target has not acknowledged {} ({bytes} bytes) for {:?}; pausing \
+                     consumption until it catches up",
+                    counted(records, "record"),
                     self.stall_limit
                 );
                 self.set_paused(true, records, bytes);
@@ -369,6 +370,7 @@ impl<'s> Stream<'s> {
             record.topic(),
             record.partition(),
             record.offset(),
+            record.timestamp(),
             bytes,
             u32::try_from(outputs).unwrap_or(u32::MAX),
         );
@@ -591,7 +593,9 @@ impl<'s> Stream<'s> {
         let n = committed.map_err(|source| StreamError::FinalCommit { stream: id, source })?;
         tracing::info!(
             stream = id,
-            "stopped: committed {n} partitions, {unacknowledged} records unacknowledged, in {:?}",
+            "stopped: committed {}, {} unacknowledged, in {:?}",
+            counted(n, "partition"),
+            counted(unacknowledged, "record"),
             started.elapsed()
         );
         Ok(StreamReport { unacknowledged })

@@ -18,18 +18,19 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::metadata::Metadata;
 
 use crate::settings::client::ClientProps;
+use crate::settings::counted;
 use crate::settings::routing::TopicTemplate;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TopicError {
-    #[error("cannot create target topic {topic} ({partitions} partitions, replication factor {replication}): the target cluster refused: {reason}. Create it yourself, or grant the mirror's principal CREATE on it")]
+    #[error("cannot create target topic {topic} ({}, replication factor {replication}): the target cluster refused: {reason}. Create it yourself, or grant the mirror's principal CREATE on it", counted(.partitions, "partition"))]
     CreateRefused {
         topic: String,
         partitions: usize,
         replication: i32,
         reason: String,
     },
-    #[error("target topic {topic} has {have} partitions and source topic {source_topic} has {want}; adding partitions was refused: {reason}. Add them yourself, or use --partitioning hash")]
+    #[error("target topic {topic} has {} and source topic {source_topic} has {want}; adding partitions was refused: {reason}. Add them yourself, or use --partitioning hash", counted(.have, "partition"))]
     GrowRefused {
         topic: String,
         source_topic: String,
@@ -85,9 +86,14 @@ impl TopicCreator {
         preserve: bool,
         timeout: Duration,
     ) -> Result<TopicCreator, String> {
+        // An admin client is a producer to librdkafka, whose metadata requests ask the broker
+        // to auto-create the topics they name unless told not to: asking whether a target
+        // topic exists would create it with the broker's defaults (auto.create.topics.enable
+        // is on by default in Kafka), bypassing the creation below.
         let admin = |props: &ClientProps| {
             props
                 .connection_config()
+                .set("allow.auto.create.topics", "false")
                 .create::<AdminClient<DefaultClientContext>>()
                 .map_err(|e| format!("{}: {e}", props.path.display()))
         };
@@ -232,8 +238,9 @@ impl TopicCreator {
         }
         let shown: Vec<String> = configs.iter().map(|(k, v)| format!("{k}={v}")).collect();
         tracing::info!(
-            "created target topic {target_topic}: {partitions} partitions, replication factor \
-             {replication}, configs from {source_topic}: [{}]",
+            "created target topic {target_topic}: {}, replication factor {replication}, configs \
+             from {source_topic}: [{}]",
+            counted(partitions, "partition"),
             shown.join(", ")
         );
         Ok(())

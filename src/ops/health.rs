@@ -12,35 +12,44 @@ use prometheus_client::registry::Registry;
 use super::metrics::registry;
 use crate::mirror::state::{Control, Stats, StreamShared};
 
-/// Whether the mirror is ready: every stream has had its assignment (possibly empty) and
-/// reaches the target, and no stop was requested. `Err` says why not.
 /// Commits failing in a row before the mirror says it is not ready: one failure is mended by
 /// the next commit; several mean the source refuses them (authorization, a group gone wrong).
 const COMMIT_FAILURES_NOT_READY: u64 = 3;
 
+/// Whether the mirror is ready: running (every stream made, which happens once both
+/// clusters answered at start), both clusters reachable (every stream's consumer and producer
+/// had a broker connected in their latest statistics), and no stop requested. `Err` says why
+/// not. An assignment is not needed: a mirror whose whitelist matches nothing yet, or one of
+/// more instances than partitions, is running as it should; [`assignment`] tells it apart.
 pub fn readiness(stats: &Stats, control: &Control, streams: usize) -> Result<(), String> {
     if control.stop_requested() {
         return Err("stopping".to_owned());
     }
     // Flags only: no tracker is locked and nothing is copied (systemd's notifier asks often).
     let live = stats.streams.live();
+    if live.len() < streams {
+        return Err(format!("{} of {streams} streams started", live.len()));
+    }
     let count = |flag: fn(&StreamShared) -> &AtomicBool| {
         live.iter()
             .filter(|s| flag(s).load(Ordering::Relaxed))
             .count()
     };
-    let assigned = count(|s| &s.assigned);
-    if live.len() < streams || assigned < streams {
-        return Err(format!(
-            "{assigned} of {streams} streams have their assignment"
-        ));
-    }
-    let up = count(|s| &s.target_up);
-    if up < live.len() {
-        return Err(format!(
-            "{up} of {} stream producers reach the target cluster",
-            live.len()
-        ));
+    for (flag, client, cluster) in [
+        (
+            (|s| &s.source_up) as fn(&StreamShared) -> &AtomicBool,
+            "consumers",
+            "source",
+        ),
+        (|s| &s.target_up, "producers", "target"),
+    ] {
+        let up = count(flag);
+        if up < live.len() {
+            return Err(format!(
+                "{up} of {} stream {client} reach the {cluster} cluster",
+                live.len()
+            ));
+        }
     }
     let failing = stats
         .recorded
@@ -53,6 +62,14 @@ pub fn readiness(stats: &Stats, control: &Control, streams: usize) -> Result<(),
         ));
     }
     Ok(())
+}
+
+/// How many streams have had their assignment (possibly empty), as a line.
+pub fn assignment(stats: &Stats, streams: usize) -> String {
+    format!(
+        "streams with an assignment: {} of {streams}",
+        stats.streams.with_assignment()
+    )
 }
 
 /// Serves `/metrics`, `/health/live` and `/health/ready` on `addr` from a thread of its own.
@@ -105,11 +122,13 @@ fn answer(
     }
     let mut parts = request_line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, content_type, body) = if method != "GET" {
+    // HEAD is answered as GET is, headers only (monitoring probes use it).
+    let head = method == "HEAD";
+    let (status, content_type, body) = if method != "GET" && !head {
         (
-            "405 Method Not Allowed",
+            "405 Method Not Allowed\r\nAllow: GET, HEAD",
             "text/plain",
-            "use GET\n".to_owned(),
+            "use GET or HEAD\n".to_owned(),
         )
     } else {
         match path {
@@ -125,14 +144,17 @@ fn answer(
                 }
             }
             "/health/live" => ("200 OK", "text/plain", "live\n".to_owned()),
-            "/health/ready" => match readiness(stats, control, streams) {
-                Ok(()) => ("200 OK", "text/plain", "ready\n".to_owned()),
-                Err(why) => (
-                    "503 Service Unavailable",
-                    "text/plain",
-                    format!("not ready: {why}\n"),
-                ),
-            },
+            "/health/ready" => {
+                let assignment = assignment(stats, streams);
+                match readiness(stats, control, streams) {
+                    Ok(()) => ("200 OK", "text/plain", format!("ready\n{assignment}\n")),
+                    Err(why) => (
+                        "503 Service Unavailable",
+                        "text/plain",
+                        format!("not ready: {why}\n{assignment}\n"),
+                    ),
+                }
+            }
             _ => (
                 "404 Not Found",
                 "text/plain",
@@ -142,8 +164,9 @@ fn answer(
     };
     write!(
         connection,
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+        body.len(),
+        if head { "" } else { &body }
     )?;
     connection.flush()
 }

@@ -59,8 +59,19 @@ impl Snapshot {
         snapshot
     }
 
-    pub fn total_lag(&self) -> i64 {
-        self.lag.iter().map(|l| l.records).sum()
+    /// The lag summed over the partitions the consumers' statistics report; `None` until
+    /// statistics of an assigned partition have come (before the first assignment, a backlog
+    /// may be waiting: that is not a lag of 0).
+    pub fn total_lag(&self) -> Option<i64> {
+        (!self.lag.is_empty()).then(|| self.lag.iter().map(|l| l.records).sum())
+    }
+
+    /// `lag N`, or `lag unknown` (see [`total_lag`](Self::total_lag)).
+    pub fn lag_text(&self) -> String {
+        match self.total_lag() {
+            Some(lag) => format!("lag {lag}"),
+            None => "lag unknown".to_owned(),
+        }
     }
 
     pub fn total_in_flight(&self) -> u64 {
@@ -193,6 +204,13 @@ impl Collector for StreamCollector {
                 counter.metric_type(),
             )?)?;
         }
+        let assigned = ConstGauge::new(stats.streams.with_assignment() as i64);
+        assigned.encode(encoder.encode_descriptor(
+            "mirror_streams_assigned",
+            "Streams that have had their assignment from the group (possibly empty)",
+            None,
+            assigned.metric_type(),
+        )?)?;
         let uptime = ConstGauge::new(stats.recorded.started.elapsed().as_secs_f64());
         uptime.encode(encoder.encode_descriptor(
             "mirror_uptime_seconds",

@@ -1,5 +1,5 @@
-//! systemd's notification protocol (`Type=notify`): READY=1 once every stream has its
-//! assignment and reaches the target, STATUS= lines, STOPPING=1 on shutdown, and WATCHDOG=1
+//! systemd's notification protocol (`Type=notify`): READY=1 once the mirror runs with both
+//! clusters reachable (see [`readiness`]; an assignment is not needed), STATUS= lines, STOPPING=1 on shutdown, and WATCHDOG=1
 //! while every stream keeps turning. Without `NOTIFY_SOCKET` (not under systemd) nothing is
 //! sent.
 
@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::health::readiness;
+use super::health::{assignment, readiness};
 use super::metrics::Snapshot;
 use crate::mirror::state::{Control, Stats};
 
@@ -85,14 +85,18 @@ pub fn start(stats: Arc<Stats>, control: Arc<Control>, streams: usize) {
                 match readiness(&stats, &control, streams) {
                     Ok(()) if !ready => {
                         ready = true;
-                        notifier.send("READY=1\nSTATUS=mirroring");
+                        notifier.send(&format!(
+                            "READY=1\nSTATUS=mirroring; {}",
+                            assignment(&stats, streams)
+                        ));
                     }
                     Ok(()) if last_status.elapsed() >= STATUS_INTERVAL => {
                         let s = Snapshot::take(&stats);
                         notifier.send(&format!(
-                            "STATUS=mirroring: lag {}, in flight {}",
-                            s.total_lag(),
-                            s.total_in_flight()
+                            "STATUS=mirroring: {}, in flight {}; {}",
+                            s.lag_text(),
+                            s.total_in_flight(),
+                            assignment(&stats, streams)
                         ));
                         last_status = Instant::now();
                     }

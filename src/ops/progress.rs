@@ -7,7 +7,9 @@ use super::metrics::Snapshot;
 use crate::mirror::state::{Control, Stats};
 
 /// Logs a progress line every `interval` until the process ends: rates in and out since the
-/// last line, lag, records in flight, dropped and filtered totals.
+/// last line, lag (unknown until the consumers' first statistics of an assigned partition) and
+/// records in flight now, then totals since start (consumed, acknowledged, dropped, filtered,
+/// looped).
 pub fn log_progress(stats: Arc<Stats>, control: Arc<Control>, interval: Duration) {
     let spawned = std::thread::Builder::new()
         .name("progress".into())
@@ -21,13 +23,14 @@ pub fn log_progress(stats: Arc<Stats>, control: Arc<Control>, interval: Duration
                 let seconds = now.duration_since(last.0).as_secs_f64().max(1e-9);
                 let snapshot = Snapshot::take(&stats);
                 tracing::info!(
-                    "progress: in {:.0} records/s, out {:.0} records/s acknowledged, lag {}, in flight {}, dropped {}, filtered {}",
-                    (consumed - last.1) as f64 / seconds,
-                    (acknowledged - last.2) as f64 / seconds,
-                    snapshot.total_lag(),
+                    "progress: in {:.0} records/s, out {:.0} records/s acknowledged, {}, in flight {}; totals: consumed {consumed}, acknowledged {acknowledged}, dropped {}, filtered {}, looped {}",
+                    consumed.saturating_sub(last.1) as f64 / seconds,
+                    acknowledged.saturating_sub(last.2) as f64 / seconds,
+                    snapshot.lag_text(),
                     snapshot.total_in_flight(),
                     Stats::get(&stats.dropped),
                     Stats::get(&stats.filtered),
+                    Stats::get(&stats.looped),
                 );
                 last = (now, consumed, acknowledged);
             }

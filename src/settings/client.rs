@@ -15,6 +15,21 @@ use std::path::{Path, PathBuf};
 
 use rdkafka::config::ClientConfig;
 
+/// The context of the clients made only to validate a configuration: they have no broker,
+/// and what librdkafka says about that is not for the user.
+struct Silent;
+
+impl rdkafka::ClientContext for Silent {
+    fn log(&self, _: rdkafka::config::RDKafkaLogLevel, _: &str, _: &str) {}
+    fn error(&self, _: rdkafka::error::KafkaError, _: &str) {}
+}
+
+impl rdkafka::consumer::ConsumerContext for Silent {}
+impl rdkafka::producer::ProducerContext for Silent {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: ()) {}
+}
+
 /// Which client a configuration file is for; used in error messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -344,21 +359,39 @@ impl ClientProps {
         self.validate()
     }
 
-    /// Checks every key and value with librdkafka itself, without connecting to anything.
+    /// Checks every key and value with librdkafka itself, without connecting to anything:
+    /// each key as it is set, then the whole by making the client, as the mirror will (some
+    /// values, such as an unknown `partition.assignment.strategy`, are only refused then).
+    /// The client is made without `bootstrap.servers`, so it has no broker to contact.
     fn validate(&self) -> Result<(), ConfigError> {
-        self.client_config()
-            .create_native_config()
-            .map(drop)
-            .map_err(|e| ConfigError::Rejected {
-                role: self.role,
-                path: self.path.clone(),
-                message: self.redact(&match e {
-                    rdkafka::error::KafkaError::ClientConfig(_, description, key, _) => {
-                        format!("key `{key}`: {description}")
-                    }
-                    other => other.to_string(),
-                }),
-            })
+        use rdkafka::consumer::BaseConsumer;
+        use rdkafka::error::KafkaError;
+        use rdkafka::producer::BaseProducer;
+        let rejected = |e: KafkaError| ConfigError::Rejected {
+            role: self.role,
+            path: self.path.clone(),
+            message: self.redact(&match e {
+                KafkaError::ClientConfig(_, description, key, _) => {
+                    format!("key `{key}`: {description}")
+                }
+                KafkaError::ClientCreation(reason) => {
+                    format!("librdkafka cannot make a {} from it: {reason}", self.role)
+                }
+                other => other.to_string(),
+            }),
+        };
+        let mut config = self.client_config();
+        config.create_native_config().map_err(rejected)?;
+        config.remove("bootstrap.servers");
+        match self.role {
+            Role::Consumer => config
+                .create_with_context::<_, BaseConsumer<Silent>>(Silent)
+                .map(drop),
+            Role::Producer => config
+                .create_with_context::<_, BaseProducer<Silent>>(Silent)
+                .map(drop),
+        }
+        .map_err(rejected)
     }
 
     /// Only what it takes to connect (address, security, client id), for short-lived helper

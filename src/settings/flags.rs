@@ -258,6 +258,32 @@ pub enum LogFormat {
     Json,
 }
 
+impl LogFormat {
+    /// The format `--log.format` asks for in `args` (the program name first), read before the
+    /// command line is parsed so that an error in it is reported in that format too. Text
+    /// unless `--log.format json` or `--log.format=json` comes before any `--`.
+    pub fn requested(args: impl IntoIterator<Item = std::ffi::OsString>) -> LogFormat {
+        let mut args = args.into_iter().skip(1);
+        let mut format = LogFormat::Text;
+        while let Some(arg) = args.next() {
+            let value = match arg.to_str() {
+                Some("--") => break,
+                Some("--log.format") => args.next(),
+                Some(a) => a.strip_prefix("--log.format=").map(Into::into),
+                None => None,
+            };
+            if let Some(v) = value {
+                format = if v == "json" {
+                    LogFormat::Json
+                } else {
+                    LogFormat::Text
+                };
+            }
+        }
+        format
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Partitioning {
     /// Same partition number as in the source.

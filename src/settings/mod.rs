@@ -35,6 +35,17 @@ pub mod defaults {
         max.message.bytes";
 }
 
+/// `n` and the noun, plural unless `n` is 1 ("1 partition", "2 partitions"): for the lines
+/// users read, from every layer above this one.
+pub fn counted(n: impl std::fmt::Display, noun: &str) -> String {
+    let n = n.to_string();
+    if n == "1" {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// A usage or configuration error: the process exits 2.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {

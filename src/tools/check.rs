@@ -10,7 +10,7 @@ use rdkafka::metadata::Metadata;
 use crate::mirror::clients::Cluster;
 use crate::mirror::probe::probe;
 use crate::settings::flags::Partitioning;
-use crate::settings::Settings;
+use crate::settings::{counted, Settings};
 
 /// What `check` found. `problems` empty means a mirror would start and find every target
 /// topic it needs.
@@ -55,10 +55,10 @@ fn reached(report: &mut CheckReport, settings: &Settings, cluster: Cluster) -> O
                 Cluster::Target => &settings.producer,
             };
             report.lines.push(format!(
-                "{} cluster {}: reachable ({} brokers)",
+                "{} cluster {}: reachable ({})",
                 cluster.name(),
                 props.get("bootstrap.servers").unwrap_or("?"),
-                m.brokers().len()
+                counted(m.brokers().len(), "broker")
             ));
             Some(m)
         }
@@ -88,34 +88,40 @@ pub fn check(settings: &Settings) -> CheckReport {
     }
     for (topic, partitions) in matching {
         let partitions = &partitions.len();
+        let n_partitions = counted(partitions, "partition");
         let target_topic = settings.target_topic.render(&topic);
         let creates = settings.create_topics.is_some();
         let status = match target.get(&target_topic) {
-            None if creates => format!("missing, will be created with {partitions} partitions"),
+            None if creates => format!("missing, will be created with {n_partitions}"),
             None => {
                 report.problems.push(format!(
-                    "target topic {target_topic} does not exist: create it with {partitions} \
-                     partitions, or run with --create.topics true"
+                    "target topic {target_topic} does not exist: create it with {n_partitions}, \
+                     or run with --create.topics true"
                 ));
                 "missing".to_owned()
             }
             Some(&have) if have < *partitions && creates => {
-                format!("{have} partitions, {} will be added", partitions - have)
+                format!(
+                    "{}, {} will be added",
+                    counted(have, "partition"),
+                    partitions - have
+                )
             }
             Some(&have)
                 if have < *partitions && settings.partitioning == Partitioning::Preserve =>
             {
                 report.problems.push(format!(
-                    "target topic {target_topic} has {have} partitions, source topic {topic} \
-                     has {partitions}: --partitioning preserve needs at least as many; add \
-                     partitions or use --partitioning hash"
+                    "target topic {target_topic} has {}, source topic {topic} has \
+                     {partitions}: --partitioning preserve needs at least as many; add \
+                     partitions or use --partitioning hash",
+                    counted(have, "partition")
                 ));
-                format!("{have} partitions, too few")
+                format!("{}, too few", counted(have, "partition"))
             }
-            Some(&have) => format!("exists, {have} partitions"),
+            Some(&have) => format!("exists, {}", counted(have, "partition")),
         };
         report.lines.push(format!(
-            "{topic} ({partitions} partitions) -> {target_topic}: {status}"
+            "{topic} ({n_partitions}) -> {target_topic}: {status}"
         ));
     }
     report

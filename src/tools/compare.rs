@@ -77,8 +77,8 @@ pub struct ReaderContext;
 
 impl rdkafka::ClientContext for ReaderContext {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-        if matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF)) {
+        use rdkafka::error::RDKafkaErrorCode;
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
             tracing::debug!("librdkafka: end of partition: {reason}");
         } else {
             tracing::error!("librdkafka: {error}: {reason}");

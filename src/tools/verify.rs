@@ -12,7 +12,7 @@ use super::compare::{fingerprint, fingerprint_stamped, reader_from, scan, Reader
 use crate::settings::client::{ClientProps, Role};
 use crate::settings::flags::{Partitioning, Until, VerifyArgs};
 use crate::settings::routing::{Provenance, TopicFilter, TopicTemplate};
-use crate::settings::SettingsError;
+use crate::settings::{counted, SettingsError};
 
 /// Where each source partition's checked range starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,13 +151,18 @@ pub struct Report {
     pub until: Option<Until>,
     pub topics: Vec<TopicReport>,
     pub totals: Totals,
-    /// Nothing missing, changed, out of order or misplaced (duplicates are allowed: a mirror
-    /// that was killed copies again what it had not committed).
+    /// Why some or all of what was asked was not checked (no topic matched, a group that
+    /// never committed, no source records in the ranges): checking nothing is not a pass.
+    pub not_checked: Vec<String>,
+    /// Something was checked, and nothing is missing, changed, out of order or misplaced
+    /// (duplicates are allowed: a mirror that was killed copies again what it had not
+    /// committed).
     pub ok: bool,
 }
 
 /// One source record's fingerprint: where it is in the source, how often it occurs in the
-/// checked range and in the whole partition, and how often the target holds it.
+/// checked range and in the whole partition, and how often the target holds it. Identical
+/// records share one entry, at the first one's place.
 struct Seen {
     partition: i32,
     offset: i64,
@@ -179,8 +184,15 @@ pub fn verify(v: &Verification) -> anyhow::Result<Report> {
         until: Some(v.until),
         ..Report::default()
     };
+    if topics.is_empty() {
+        report.not_checked.push(format!(
+            "no source topic matches --whitelist {:?}",
+            v.topics.pattern()
+        ));
+    }
     for (topic, partitions) in topics {
-        let t = verify_topic(v, &source, &target, &topic, partitions)?;
+        let (t, not_checked) = verify_topic(v, &source, &target, &topic, partitions)?;
+        report.not_checked.extend(not_checked);
         let totals = &mut report.totals;
         for p in &t.partitions {
             totals.source_records += p.source_records;
@@ -193,8 +205,17 @@ pub fn verify(v: &Verification) -> anyhow::Result<Report> {
         totals.changed += t.changed;
         report.topics.push(t);
     }
+    if report.not_checked.is_empty() && report.totals.source_records == 0 {
+        report
+            .not_checked
+            .push("the checked ranges hold no source records".to_owned());
+    }
     let t = &report.totals;
-    report.ok = t.missing == 0 && t.changed == 0 && t.out_of_order == 0 && t.misplaced == 0;
+    report.ok = report.not_checked.is_empty()
+        && t.missing == 0
+        && t.changed == 0
+        && t.out_of_order == 0
+        && t.misplaced == 0;
     Ok(report)
 }
 
@@ -204,9 +225,9 @@ fn verify_topic(
     target: &Reader,
     topic: &str,
     mut partitions: Vec<i32>,
-) -> anyhow::Result<TopicReport> {
+) -> anyhow::Result<(TopicReport, Option<String>)> {
     partitions.sort_unstable();
-    let (ranges, mut reports) = checked_ranges(v, source, topic, &partitions)?;
+    let (ranges, mut reports, not_checked) = checked_ranges(v, source, topic, &partitions)?;
     let mut seen = index_source(v, source, topic, &ranges, &partitions, &mut reports)?;
     let source_keys = if source_is_compacted(v, topic)? {
         Some(source_keys(v, source, topic, &ranges)?)
@@ -234,7 +255,7 @@ fn verify_topic(
         r.duplicated += u64::from(e.copies.saturating_sub(e.total));
     }
     report.partitions = reports;
-    Ok(report)
+    Ok((report, not_checked))
 }
 
 /// Whether the source topic is compacted (`cleanup.policy` includes `compact`): its cleaner
@@ -293,14 +314,15 @@ fn source_keys(
 /// A partition with its low and high watermarks.
 type Watermarks = (i32, i64, i64);
 
-/// Each source partition's whole range `(partition, low, high)`, and the report of the part
-/// checked (`--from.*` to `--until`).
+/// Each source partition's whole range `(partition, low, high)`, the report of the part
+/// checked (`--from.*` to `--until`), and why the topic is not checked at all if it is not
+/// (`--until committed` with a group that committed nothing for it).
 fn checked_ranges(
     v: &Verification,
     source: &Reader,
     topic: &str,
     partitions: &[i32],
-) -> anyhow::Result<(Vec<Watermarks>, Vec<PartitionReport>)> {
+) -> anyhow::Result<(Vec<Watermarks>, Vec<PartitionReport>, Option<String>)> {
     use anyhow::Context;
     let timeout = v.idle_timeout;
     let mut ranges = Vec::with_capacity(partitions.len());
@@ -318,7 +340,9 @@ fn checked_ranges(
             Start::Offset(o) => o.clamp(low, high),
             Start::Time(t) => offset_for_time(source, topic, p, t, timeout)?.unwrap_or(high),
         };
-        let until = committed.as_ref().map_or(high, |c| c[i].clamp(low, high));
+        let until = committed
+            .as_ref()
+            .map_or(high, |c| c[i].unwrap_or(0).clamp(low, high));
         ranges.push((p, low, high));
         reports.push(PartitionReport {
             partition: p,
@@ -327,7 +351,23 @@ fn checked_ranges(
             ..PartitionReport::default()
         });
     }
-    Ok((ranges, reports))
+    // A group that committed nothing for a topic with records to check leaves it unchecked
+    // (a topic without records has nothing for the group to commit).
+    let has_records = reports
+        .iter()
+        .zip(&ranges)
+        .any(|(r, (_, _, high))| *high > r.from);
+    let not_checked = committed
+        .as_ref()
+        .filter(|c| has_records && c.iter().all(Option::is_none))
+        .map(|_| {
+            format!(
+                "group {} has committed no offset for topic {topic}: nothing of it is checked \
+                 (--until committed checks up to the group's committed offsets)",
+                v.source.get("group.id").unwrap_or_default()
+            )
+        });
+    Ok((ranges, reports, not_checked))
 }
 
 /// Indexes the whole source partitions by fingerprint (a target record is "changed" only if
@@ -417,6 +457,12 @@ fn check_target(
         if v.preserve && tp != e.partition {
             r.misplaced += 1;
         }
+        // Identical records (same key, value, headers and timestamp) spread over several
+        // target partitions by hash partitioning: which copy stands for which source record
+        // cannot be told, so their order is not judged.
+        if !v.preserve && e.total > 1 {
+            return;
+        }
         let last = order.entry((tp, e.partition)).or_insert(i64::MIN);
         if e.offset < *last {
             r.out_of_order += 1;
@@ -432,7 +478,7 @@ fn committed_offsets(
     v: &Verification,
     topic: &str,
     partitions: &[i32],
-) -> anyhow::Result<Vec<i64>> {
+) -> anyhow::Result<Vec<Option<i64>>> {
     let group = v.source.get("group.id").ok_or_else(|| {
         anyhow::anyhow!(
             "--until committed needs the mirror's group.id in {}",
@@ -455,7 +501,6 @@ fn committed_offsets(
                     Offset::Offset(o) => Some(o),
                     _ => None,
                 })
-                .unwrap_or(0)
         })
         .collect())
 }
@@ -487,11 +532,12 @@ impl Report {
             let source: u64 = t.partitions.iter().map(|p| p.source_records).sum();
             let _ = writeln!(
                 out,
-                "{} -> {}: {} partitions, {source} source records checked, {} records on the target, {} changed",
+                "{} -> {}: {}, {} checked, {} on the target, {} changed",
                 t.topic,
                 t.target_topic,
-                t.partitions.len(),
-                t.target_records,
+                counted(t.partitions.len(), "partition"),
+                counted(source, "source record"),
+                counted(t.target_records, "record"),
                 t.changed
             );
             if t.compacted_away > 0 {
@@ -512,12 +558,15 @@ impl Report {
                 }
             }
         }
+        for why in &self.not_checked {
+            let _ = writeln!(out, "not checked: {why}");
+        }
         let t = &self.totals;
         let _ = writeln!(
             out,
-            "{}: {} source records checked, {} missing, {} changed, {} duplicated, {} out of order, {} misplaced",
+            "{}: {} checked, {} missing, {} changed, {} duplicated, {} out of order, {} misplaced",
             if self.ok { "OK" } else { "FAILED" },
-            t.source_records,
+            counted(t.source_records, "source record"),
             t.missing,
             t.changed,
             t.duplicated,

@@ -3,6 +3,10 @@
 //! the args name one.
 //!
 //! Args: an optional file path to append to.
+//!
+//! `before_starting_fetchers` records the consumer's group member id as the broker gave it:
+//! `rdkafka-<uuid>` on Kafka; librdkafka's mock cluster names members after a pointer
+//! (`0x7f...`, rdkafka_mock_cgrp.c), so that is what the tests' logs show.
 
 use std::io::Write;
 
