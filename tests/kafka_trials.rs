@@ -330,10 +330,6 @@ fn fidelity_on_kafka_3() {
 /// Kafka's default `auto.create.topics.enable=true` on the target: the mirror must still create
 /// the target topic with the source's partition count and configs.
 #[test]
-#[ignore = "defect: the mirror's metadata request for the target topic (src/topics.rs, \
-            TopicCreator::ensure) lets the broker auto-create it with 1 partition; CreateTopics \
-            then answers TOPIC_ALREADY_EXISTS, taken as success without a grow, and the mirror \
-            exits 1: 'the target topic has no partition 1'"]
 fn a_target_with_auto_create_gets_the_source_partitions() {
     let pair = KafkaPair::with(
         KAFKA_4,

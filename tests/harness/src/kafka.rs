@@ -317,7 +317,7 @@ impl KafkaCluster {
         for i in 0..brokers {
             cluster.spawn(i);
         }
-        cluster.wait_ready(Duration::from_secs(90));
+        cluster.wait_ready(Duration::from_secs(180));
         cluster.startup = started.elapsed();
         eprintln!(
             "kafka {} cluster of {brokers} at {} started in {:.1} s ({})",
@@ -426,7 +426,7 @@ impl KafkaCluster {
     /// Starts node `node` again with its properties and data; waits until it answers.
     pub fn restart(&mut self, node: i32) {
         self.spawn((node - 1) as usize);
-        self.wait_ready(Duration::from_secs(90));
+        self.wait_ready(Duration::from_secs(180));
     }
 
     /// Creates a topic and waits until every partition has a leader.
@@ -650,8 +650,8 @@ impl KafkaPair {
         partitions: i32,
         source_topic_configs: &[(&str, &str)],
     ) -> KafkaPair {
-        // Until the mirror stops its metadata requests from auto-creating target topics (see
-        // `a_target_with_auto_create_gets_the_source_partitions`), the target creates none.
+        // Topics the trials expect are made by the mirror (`--create.topics`) or the test;
+        // `a_target_with_auto_create_gets_the_source_partitions` runs with Kafka's default.
         let mut target_extra = vec![("auto.create.topics.enable", "false")];
         target_extra.retain(|(k, _)| !broker_extra.iter().any(|(e, _)| e == k));
         target_extra.extend_from_slice(broker_extra);
