@@ -1,5 +1,5 @@
 //! Trials on Apache Kafka (issue 11): the mirror binary between real KRaft clusters started
-//! from Maven Central's jars (see `tests/common/kafka.rs`). Each trial asserts its guarantee
+//! from Maven Central's jars (see `tests/harness/src/kafka.rs`). Each trial asserts its guarantee
 //! and prints a `TRIAL` line with its figures for the README.
 
 use std::io::BufReader;
