@@ -122,6 +122,12 @@ struct Slot {
     ring: VecDeque<Entry>,
     /// The next offset to consume according to what is acknowledged, if anything is.
     committable: Option<i64>,
+    /// The offset of the last record registered, to notice a position that moves back.
+    last_offset: Option<i64>,
+    /// Records with a lower sequence number were consumed before the position moved back:
+    /// their acknowledgement lets the records behind them advance, but never sets the commit
+    /// point (their offsets belong to the log as it was before).
+    superseded_below: u64,
 }
 
 impl Slot {
@@ -134,7 +140,9 @@ impl Slot {
             if front.pending > 0 || front.failed {
                 break;
             }
-            self.committable = Some(front.offset + 1);
+            if self.front_seq >= self.superseded_below {
+                self.committable = Some(front.offset + 1);
+            }
             self.ring.pop_front();
             self.front_seq += 1;
         }
@@ -199,6 +207,8 @@ impl OffsetTracker {
                 slot.first_seq = slot.next_seq();
                 slot.front_seq = slot.first_seq;
                 slot.committable = None;
+                slot.last_offset = None;
+                slot.superseded_below = slot.first_seq;
                 slot.counters = PartitionCounters::default();
                 index
             }
@@ -216,6 +226,8 @@ impl OffsetTracker {
                     first_seq: 0,
                     ring: VecDeque::new(),
                     committable: None,
+                    last_offset: None,
+                    superseded_below: 0,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -232,6 +244,14 @@ impl OffsetTracker {
 
     /// Registers a consumed record of `bytes` bytes from which `outputs` target records will
     /// be produced. With `outputs == 0` (filtered out) it counts as acknowledged at once.
+    ///
+    /// Offsets grow within a partition, except when its position moves back (the log was
+    /// truncated after an unclean leader election, the topic was deleted and recreated, the
+    /// position was reset to the earliest offset). Then the records still in flight belong
+    /// to the log as it was: their acknowledgements must not carry the commit point past the
+    /// records consumed since, which come before them in offset order. The commit point is
+    /// lowered to the new offset (if it was past it), and it only moves again when records
+    /// consumed after the move are acknowledged.
     pub fn begin(
         &mut self,
         topic: &str,
@@ -242,6 +262,16 @@ impl OffsetTracker {
     ) -> Ticket {
         let index = self.slot_or_insert(topic, partition);
         let slot = &mut self.slots[index as usize];
+        if let Some(last) = slot.last_offset.filter(|last| offset <= *last) {
+            tracing::warn!(
+                "source partition {topic}/{partition} moved back from offset {last} to {offset} \
+                 (log truncated, topic recreated, or position reset); the commit point stays at \
+                 or below {offset} until the records from there on are acknowledged"
+            );
+            slot.superseded_below = slot.next_seq();
+            slot.committable = slot.committable.map(|c| c.min(offset));
+        }
+        slot.last_offset = Some(offset);
         slot.counters.consumed += 1;
         slot.counters.consumed_bytes += bytes as u64;
         let seq = slot.next_seq();
@@ -582,6 +612,57 @@ mod tests {
             }]
         );
         assert_eq!(t.commit_points().len(), 2);
+    }
+
+    #[test]
+    fn a_position_that_moves_back_never_lets_old_acks_pass_new_records() {
+        // Log truncation, a topic deleted and recreated, a reset to earliest: the next
+        // record of a partition has a lower offset than records still in flight.
+        let mut t = OffsetTracker::new();
+        let old_a = t.begin("t", 0, 100, 10, 1);
+        let old_b = t.begin("t", 0, 101, 10, 1);
+        let new_a = t.begin("t", 0, 5, 10, 1);
+        let new_b = t.begin("t", 0, 6, 10, 1);
+        // Nothing after 5 in the new log is acknowledged: the commit point is at most 5.
+        assert!(commit_of(&mut t, "t", 0).is_none_or(|o| o <= 5));
+        t.ack(old_a);
+        t.ack(old_b);
+        assert!(
+            commit_of(&mut t, "t", 0).is_none_or(|o| o <= 5),
+            "acknowledging the old records must not move the commit point past 5 and 6: {:?}",
+            commit_of(&mut t, "t", 0)
+        );
+        t.ack(new_a);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(6));
+        t.ack(new_b);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(7));
+        assert_eq!(t.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_position_that_moves_back_lowers_a_commit_point_already_past_it() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 0, 100, 10, 1);
+        t.ack(a);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(101));
+        // The partition starts again at 0 (recreated); 0 is not acknowledged yet.
+        let b = t.begin("t", 0, 0, 10, 1);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(0));
+        t.ack(b);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(1));
+        // A filtered record after another move back counts as acknowledged at once.
+        t.begin("t", 0, 0, 10, 0);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(1));
+    }
+
+    #[test]
+    fn a_position_that_moves_back_behind_a_failed_record_stays_pinned() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 0, 50, 10, 1);
+        t.fail(a);
+        let b = t.begin("t", 0, 10, 10, 1);
+        t.ack(b);
+        assert!(commit_of(&mut t, "t", 0).is_none_or(|o| o <= 10));
     }
 
     #[test]
