@@ -655,3 +655,35 @@ fn the_demo_mirrors_and_verifies() {
     assert!(stdout.contains("lost                     0"), "{stdout}");
     assert!(stdout.contains("OK: nothing lost"), "{stdout}");
 }
+
+/// Issue 12 #9: the producer's client-side `message.max.bytes` (librdkafka's default: 1 MB)
+/// must not refuse a record that the target topic takes (Kafka's default topic
+/// `max.message.bytes` is 1,048,588; a topic created with the source's value takes whatever
+/// the source topic holds): the target topic's limit is the one that bounds.
+#[test]
+fn a_record_larger_than_librdkafkas_default_message_max_bytes_is_mirrored() {
+    let clusters = MockPair::new(TOPIC, 1);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", clusters.src())
+        .set("message.max.bytes", "3000000")
+        .create()
+        .unwrap();
+    for i in 0..3 {
+        let value = vec![b'x'; if i == 1 { 1_500_000 } else { 100 }];
+        let key = format!("k{i}");
+        producer
+            .send(
+                BaseRecord::<str, [u8]>::to(TOPIC)
+                    .partition(0)
+                    .key(&key)
+                    .payload(&value),
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let mut mirror = clusters.start(&[], &[], &["--offset.commit.interval.ms", "300"]);
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 1, 3);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let c = clusters.compare();
+    assert!(c.is_exact() && c.source == 3, "{c:?}");
+}

@@ -70,6 +70,11 @@ fn describe_send_error(error: &KafkaError, topic: &str, partition: Option<i32>) 
              target topic or use --partitioning hash",
             partition.map_or_else(|| "?".to_owned(), |p| p.to_string())
         ),
+        Some(RDKafkaErrorCode::MessageSizeTooLarge) => format!(
+            "{}: the record is larger than target topic {topic} takes (its max.message.bytes, \
+             or the producer's message.max.bytes if set lower; see `mirror-maker check`)",
+            RDKafkaErrorCode::MessageSizeTooLarge
+        ),
         Some(code) => code.to_string(),
         None => error.to_string(),
     }
