@@ -687,3 +687,43 @@ fn a_record_larger_than_librdkafkas_default_message_max_bytes_is_mirrored() {
     let c = clusters.compare();
     assert!(c.is_exact() && c.source == 3, "{c:?}");
 }
+
+/// Issue 12 #4: a record larger than the producer queue's byte limit
+/// (`queue.buffering.max.kbytes`) can never be queued; it is refused with a clear error
+/// (abort mode: the mirror stops, committed before it) instead of being retried for ever.
+#[test]
+fn a_record_larger_than_the_producer_queue_is_refused_not_retried_for_ever() {
+    let clusters = MockPair::new(TOPIC, 1);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", clusters.src())
+        .set("message.max.bytes", "3000000")
+        .create()
+        .unwrap();
+    for i in 0..3 {
+        let value = vec![b'x'; if i == 1 { 1_500_000 } else { 100 }];
+        let key = format!("k{i}");
+        producer
+            .send(
+                BaseRecord::<str, [u8]>::to(TOPIC)
+                    .partition(0)
+                    .key(&key)
+                    .payload(&value),
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let mut mirror = clusters.start(
+        &[],
+        &[("queue.buffering.max.kbytes", "1000")],
+        &["--offset.commit.interval.ms", "300"],
+    );
+    let status = mirror.wait(Duration::from_secs(40));
+    let log = mirror.log();
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("orders/0 offset 1") && last.contains("queue.buffering.max.kbytes"),
+        "the last line names the record and the limit: {last}"
+    );
+    assert_eq!(clusters.committed(), vec![1]);
+}

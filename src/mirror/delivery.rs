@@ -30,11 +30,22 @@ impl StreamShared {
         error: &KafkaError,
     ) {
         let reason = describe_send_error(error, target_topic, target_partition);
-        self.stats.recorded.count_send_error(
-            error
-                .rdkafka_error_code()
-                .map_or_else(|| "unknown".to_owned(), |c| format!("{c:?}")),
-        );
+        let code = error
+            .rdkafka_error_code()
+            .map_or_else(|| "unknown".to_owned(), |c| format!("{c:?}"));
+        self.send_failed_because(ticket, target_topic, &code, &reason);
+    }
+
+    /// Like [`send_failed`](Self::send_failed), with the reason given in words, counted
+    /// under `code` in `mirror_send_errors_total`.
+    pub fn send_failed_because(
+        &self,
+        ticket: Ticket,
+        target_topic: &str,
+        code: &str,
+        reason: &str,
+    ) {
+        self.stats.recorded.count_send_error(code.to_owned());
         let mut tracker = self.tracker();
         // Failed (abort: the commit point never passes it) or given up (skip: acknowledged).
         let outcome = if self.abort_on_send_failure {

@@ -307,6 +307,11 @@ impl OffsetTracker {
         (pos < slot.ring.len()).then_some(pos)
     }
 
+    /// Whether the ticket's record is still tracked (its partition was not released since).
+    pub fn is_tracked(&self, ticket: Ticket) -> bool {
+        self.position(ticket).is_some()
+    }
+
     /// One target record produced from the ticket's source record was acknowledged.
     pub fn ack(&mut self, ticket: Ticket) -> Outcome<'_> {
         let Some(pos) = self.position(ticket) else {

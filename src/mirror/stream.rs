@@ -70,7 +70,11 @@ pub struct Stream<'s> {
     /// The source consumer and our poll of its queue.
     source: MirrorSource,
     subscribed: Vec<String>,
-    paused: bool,
+    /// Whether the assigned partitions are paused (backpressure); a `Cell` because a send
+    /// that waits for room in the producer queue pauses them too.
+    paused: std::cell::Cell<bool>,
+    /// When the consumer was last polled: `max.poll.interval.ms` runs from there.
+    last_consumer_poll: std::cell::Cell<Instant>,
     /// Only this stream's thread calls it; a `RefCell` because records borrow the consumer.
     handler: std::cell::RefCell<Option<Handler>>,
     /// How long a stream may wait for acknowledgements without polling the consumer.
@@ -148,7 +152,8 @@ impl<'s> Stream<'s> {
             producer,
             source,
             subscribed: Vec::new(),
-            paused: false,
+            paused: std::cell::Cell::new(false),
+            last_consumer_poll: std::cell::Cell::new(Instant::now()),
             handler: std::cell::RefCell::new(handler),
             stall_limit: stall_limit(settings),
             targets: TargetNames::new(settings.target_topic.clone()),
@@ -168,7 +173,9 @@ impl<'s> Stream<'s> {
         while !self.shared.control.stop_requested() {
             self.producer.poll(Duration::ZERO);
             self.make_room();
-            match self.source.poll(POLL_INTERVAL) {
+            let polled = self.source.poll(POLL_INTERVAL);
+            self.last_consumer_poll.set(Instant::now());
+            match polled {
                 Polled::Nothing => {}
                 Polled::Record(record) => self.mirror(&record),
                 Polled::Error { error, reason } => clients::client_error(
@@ -269,7 +276,7 @@ impl<'s> Stream<'s> {
             .rebalance_context()
             .assignment_changed
             .swap(false, Ordering::SeqCst);
-        if self.paused {
+        if self.paused.get() {
             let (still_over, records, bytes) = self.over_limit(2);
             if !still_over {
                 self.set_paused(false, records, bytes);
@@ -277,7 +284,7 @@ impl<'s> Stream<'s> {
                 // Newly assigned partitions start unpaused.
                 self.set_paused(true, records, bytes);
             }
-            if self.paused {
+            if self.paused.get() {
                 self.producer.poll(Duration::from_millis(10));
             }
             return;
@@ -309,7 +316,7 @@ impl<'s> Stream<'s> {
         }
     }
 
-    fn set_paused(&mut self, pause: bool, records: usize, bytes: usize) {
+    fn set_paused(&self, pause: bool, records: usize, bytes: usize) {
         let assignment = match self.source.consumer().assignment() {
             Ok(a) => a,
             Err(e) => {
@@ -324,7 +331,7 @@ impl<'s> Stream<'s> {
         };
         match result {
             Ok(()) => {
-                if pause != self.paused {
+                if pause != self.paused.get() {
                     tracing::debug!(
                         stream = self.stream,
                         records,
@@ -333,7 +340,7 @@ impl<'s> Stream<'s> {
                         if pause { "pausing" } else { "resuming" }
                     );
                 }
-                self.paused = pause;
+                self.paused.set(pause);
             }
             Err(e) => tracing::warn!(
                 stream = self.stream,
@@ -375,24 +382,26 @@ impl<'s> Stream<'s> {
         match route {
             // Acknowledged at once: the commit point may pass it.
             Route::Skip => {}
-            Route::AsItIs => self.send(
-                record.topic(),
-                Outgoing {
-                    partition: self.same_partition(record),
-                    key: record.key(),
-                    value: record.payload(),
-                    timestamp: record.timestamp(),
-                    headers: self.stamped(record.copy_headers()),
-                    opaque: ticket.to_opaque(),
-                },
-            ),
+            Route::AsItIs => {
+                self.send(
+                    record.topic(),
+                    Outgoing {
+                        partition: self.same_partition(record),
+                        key: record.key(),
+                        value: record.payload(),
+                        timestamp: record.timestamp(),
+                        headers: self.stamped(record.copy_headers()),
+                        opaque: ticket.to_opaque(),
+                    },
+                );
+            }
             Route::Handled(outputs) => {
                 for out in outputs {
                     let mut headers = RawHeaders::none();
                     for (key, value) in &out.headers {
                         headers.add(key, value.as_deref());
                     }
-                    self.send(
+                    let sent = self.send(
                         &out.topic,
                         Outgoing {
                             partition: out.partition.or(self.same_partition(record)),
@@ -403,6 +412,10 @@ impl<'s> Stream<'s> {
                             opaque: ticket.to_opaque(),
                         },
                     );
+                    if !sent {
+                        // Stopping, or the record's partition was released meanwhile.
+                        break;
+                    }
                 }
             }
         }
@@ -464,23 +477,27 @@ impl<'s> Stream<'s> {
     }
 
     /// Hands a record for the target topic of `topic` to the producer. A full queue (rare:
-    /// consumption pauses before it fills) is waited out while serving delivery reports; any
-    /// other refusal is a send failure.
-    fn send(&self, topic: &str, mut out: Outgoing<'_>) {
+    /// consumption pauses before it fills, but a handler that enlarges records or fans out
+    /// can fill it first) is waited out while serving delivery reports, feeding the watchdog
+    /// and, once the wait endangers the group membership, with the assigned partitions paused
+    /// and the consumer polled. Any other refusal is a send failure. Returns whether the
+    /// record's other outputs, if any, should still be sent: not when stopping, nor when its
+    /// partition was released during the wait (its next owner mirrors it again).
+    fn send(&self, topic: &str, mut out: Outgoing<'_>) -> bool {
         let ticket = Ticket::from_opaque(out.opaque);
         let Some(target) = self.targets.of(topic) else {
             let error = KafkaError::MessageProduction(RDKafkaErrorCode::InvalidTopic);
             self.shared
                 .send_failed(ticket, topic, out.partition, &error);
-            return;
+            return true;
         };
-        let mut waited = false;
+        let mut waiting_since: Option<Instant> = None;
         let mut refreshed = false;
         loop {
             match produce(&self.producer, &target, &mut out) {
                 Ok(()) => {
                     Stats::add(&self.shared.stats.produced, 1);
-                    return;
+                    return true;
                 }
                 Err(RDKafkaErrorCode::UnknownPartition) if !refreshed => {
                     // The producer's view of the target topic may predate partitions added
@@ -490,14 +507,49 @@ impl<'s> Stream<'s> {
                     self.refresh_target_metadata(&target);
                 }
                 Err(RDKafkaErrorCode::QueueFull) => {
-                    if !waited {
+                    let now = Instant::now();
+                    if waiting_since.is_none() {
                         tracing::debug!(stream = self.stream, "producer queue full; waiting");
-                        waited = true;
+                        waiting_since = Some(now);
                     }
-                    self.producer.poll(Duration::from_millis(10));
+                    if self.producer.in_flight_count() == 0 {
+                        // Nothing queued that could make room: this record alone is larger
+                        // than the queue's byte limit, and would wait for ever.
+                        let name = target.to_str().unwrap_or(topic);
+                        let bytes = out.value.map_or(0, <[u8]>::len);
+                        let limit = self
+                            .settings
+                            .producer
+                            .get("queue.buffering.max.kbytes")
+                            .unwrap_or("?");
+                        self.shared.send_failed_because(
+                            ticket,
+                            name,
+                            "QueueFull",
+                            &format!(
+                                "the record's value ({bytes} bytes) is larger than the producer \
+                                 queue (queue.buffering.max.kbytes = {limit}), so it can never be \
+                                 queued; raise queue.buffering.max.kbytes in the producer config"
+                            ),
+                        );
+                        return !self.shared.control.stop_requested();
+                    }
+                    self.shared.turned(now);
+                    if now.duration_since(self.last_consumer_poll.get()) >= self.stall_limit
+                        || self.paused.get()
+                    {
+                        self.poll_consumer_while_full();
+                    } else {
+                        self.producer.poll(Duration::from_millis(10));
+                    }
                     if self.shared.control.stop_requested() {
                         // Left unacknowledged: the commit point stays before it.
-                        return;
+                        return false;
+                    }
+                    if !self.shared.tracker().is_tracked(ticket) {
+                        // Released in a rebalance during the wait: the commit point stayed
+                        // before it, and its partition's next owner mirrors it.
+                        return false;
                     }
                 }
                 Err(code) => {
@@ -508,9 +560,65 @@ impl<'s> Stream<'s> {
                         out.partition,
                         &KafkaError::MessageProduction(code),
                     );
-                    return;
+                    return true;
                 }
             }
+        }
+    }
+
+    /// One turn of a wait for room in the producer queue that has lasted long enough to
+    /// endanger the group membership: the assigned partitions are paused (librdkafka drops
+    /// what it prefetched for them and fetches again from the record after the last one
+    /// consumed when they resume), and the consumer is polled, which keeps the membership
+    /// and serves rebalances. A record it still returns (a partition assigned meanwhile) is
+    /// not mirrored now: its partition is paused and rewound to it, so it comes again, in
+    /// order, after the pause.
+    fn poll_consumer_while_full(&self) {
+        let context = self.rebalance_context();
+        if !self.paused.get() || context.assignment_changed.load(Ordering::SeqCst) {
+            let (_, records, bytes) = self.over_limit(1);
+            if !self.paused.get() {
+                tracing::info!(
+                    stream = self.stream,
+                    "the producer queue has been full for a while (the target is slow or down); \
+                     pausing consumption and polling the consumer to stay in the group"
+                );
+            }
+            self.set_paused(true, records, bytes);
+        }
+        self.producer.poll(Duration::ZERO);
+        let polled = self.source.poll(Duration::from_millis(10));
+        self.last_consumer_poll.set(Instant::now());
+        match polled {
+            Polled::Nothing => {}
+            Polled::Record(record) => {
+                let (_, records, bytes) = self.over_limit(1);
+                self.set_paused(true, records, bytes);
+                let rewound = self.source.consumer().seek(
+                    record.topic(),
+                    record.partition(),
+                    rdkafka::Offset::Offset(record.offset()),
+                    Duration::ZERO,
+                );
+                if let Err(e) = rewound {
+                    // Not registered: the commit point stays before it.
+                    self.shared.control.fail(format!(
+                        "stream {}: cannot rewind {}/{} to offset {} while the producer queue \
+                         is full: {e}; stopping, the committed offset stays before it",
+                        self.stream,
+                        record.topic(),
+                        record.partition(),
+                        record.offset()
+                    ));
+                }
+            }
+            Polled::Error { error, reason } => clients::client_error(
+                &self.shared.control,
+                Cluster::Source,
+                self.stream,
+                &error,
+                &reason,
+            ),
         }
     }
 
