@@ -727,3 +727,80 @@ fn a_record_larger_than_the_producer_queue_is_refused_not_retried_for_ever() {
     );
     assert_eq!(clusters.committed(), vec![1]);
 }
+
+/// Issue 12 #8: records the source's retention deleted before the mirror read them (offset
+/// out of range, reset to earliest: librdkafka only logs it) are reported: a warning naming
+/// the partition and the offsets skipped, and `mirror_records_skipped_total{reason}`. The mock
+/// keeps about 5 MB per partition: a mirror stopped after committing, then a larger backlog,
+/// then the mirror again.
+#[test]
+fn records_deleted_by_retention_before_they_were_mirrored_are_logged_and_counted() {
+    let clusters = MockPair::new(TOPIC, 1);
+    let write = |n: usize, size: usize| {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", clusters.src())
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+        let value = vec![b'r'; size];
+        for i in 0..n {
+            let key = format!("k{i}");
+            loop {
+                let record = BaseRecord::<str, [u8]>::to(TOPIC)
+                    .partition(0)
+                    .key(&key)
+                    .payload(&value);
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err(_) => {
+                        producer.poll(Duration::from_millis(10));
+                    }
+                }
+            }
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+    };
+    write(100, 100);
+    clusters.mirror_until_committed(&[], 100);
+    assert_eq!(clusters.committed(), vec![100]);
+    // 12 MB more: the oldest segments, offsets 100 and up among them, are deleted.
+    write(1200, 10_000);
+    let consumer: rdkafka::consumer::BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", clusters.src())
+        .create()
+        .unwrap();
+    let (low, _) =
+        rdkafka::consumer::Consumer::fetch_watermarks(&consumer, TOPIC, 0, Duration::from_secs(10))
+            .unwrap();
+    assert!(low > 100, "the mock kept offset 100 (low watermark {low})");
+    let addr = free_local_addr();
+    let mut mirror = clusters.start(
+        &[],
+        &[],
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--metrics.addr",
+            &addr,
+        ],
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 1, 1300);
+    let (_, body) = http_get(&addr, "/metrics");
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    let expected = format!("{TOPIC}/0 offsets 100 to {}", low - 1);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains(&expected) && l.contains("retention")),
+        "no warning naming {expected}:\n{log}"
+    );
+    assert_eq!(
+        metric(
+            &body,
+            "mirror_records_skipped_total",
+            "reason=\"retention\""
+        ),
+        Some((low - 100) as f64),
+        "{body}"
+    );
+}

@@ -165,6 +165,9 @@ pub struct OffsetTracker {
     in_flight_bytes: usize,
     /// Counters of partitions released since, so that they stay monotonic.
     retired: HashMap<(String, i32), PartitionCounters>,
+    /// Where consumption of a newly assigned partition should start (its committed offset),
+    /// until its first record is registered.
+    starts: HashMap<(String, i32), i64>,
 }
 
 impl OffsetTracker {
@@ -207,7 +210,10 @@ impl OffsetTracker {
                 slot.first_seq = slot.next_seq();
                 slot.front_seq = slot.first_seq;
                 slot.committable = None;
-                slot.last_offset = None;
+                slot.last_offset = self
+                    .starts
+                    .remove(&(topic.to_owned(), partition))
+                    .map(|o| o - 1);
                 slot.superseded_below = slot.first_seq;
                 slot.counters = PartitionCounters::default();
                 index
@@ -226,7 +232,10 @@ impl OffsetTracker {
                     first_seq: 0,
                     ring: VecDeque::new(),
                     committable: None,
-                    last_offset: None,
+                    last_offset: self
+                        .starts
+                        .remove(&(topic.to_owned(), partition))
+                        .map(|o| o - 1),
                     superseded_below: 0,
                 });
                 (self.slots.len() - 1) as u32
@@ -260,8 +269,35 @@ impl OffsetTracker {
         bytes: usize,
         outputs: u32,
     ) -> Ticket {
+        self.begin_after(topic, partition, offset, bytes, outputs).0
+    }
+
+    /// Where consumption of a partition being assigned starts (its committed offset): the
+    /// first record registered for it is compared with it, as later ones with the record
+    /// before them.
+    pub fn expect_start(&mut self, topic: &str, partition: i32, offset: i64) {
+        if self.slot_of(topic, partition).is_none() {
+            self.starts.insert((topic.to_owned(), partition), offset);
+        }
+    }
+
+    /// Like [`begin`](Self::begin); also returns the offset the record was expected at when
+    /// it skips ahead of it (a gap: compaction, transaction markers, or records deleted
+    /// before they were read), `None` when it follows on or nothing was expected.
+    pub fn begin_after(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        bytes: usize,
+        outputs: u32,
+    ) -> (Ticket, Option<i64>) {
         let index = self.slot_or_insert(topic, partition);
         let slot = &mut self.slots[index as usize];
+        let gap_from = slot
+            .last_offset
+            .map(|last| last + 1)
+            .filter(|expected| offset > *expected);
         if let Some(last) = slot.last_offset.filter(|last| offset <= *last) {
             tracing::warn!(
                 "source partition {topic}/{partition} moved back from offset {last} to {offset} \
@@ -294,7 +330,7 @@ impl OffsetTracker {
                 self.in_flight_bytes += bytes as usize;
             }
         }
-        Ticket { slot: index, seq }
+        (Ticket { slot: index, seq }, gap_from)
     }
 
     /// Where the ticket's record sits in its slot's ring, if it is still tracked.
@@ -415,6 +451,7 @@ impl OffsetTracker {
         if let Some(parts) = self.by_topic.get_mut(topic) {
             parts[partition as usize] = None;
         }
+        self.starts.remove(&(topic.to_owned(), partition));
         self.free.push(index);
         unacked
     }
@@ -668,6 +705,20 @@ mod tests {
         let b = t.begin("t", 0, 10, 10, 1);
         t.ack(b);
         assert!(commit_of(&mut t, "t", 0).is_none_or(|o| o <= 10));
+    }
+
+    #[test]
+    fn a_record_after_a_gap_reports_the_offset_it_was_expected_at() {
+        let mut t = OffsetTracker::new();
+        t.expect_start("t", 0, 100);
+        assert_eq!(t.begin_after("t", 0, 100, 1, 1).1, None);
+        assert_eq!(t.begin_after("t", 0, 101, 1, 1).1, None);
+        assert_eq!(t.begin_after("t", 0, 105, 1, 1).1, Some(102));
+        // The first record after an assignment is compared with the committed offset.
+        t.expect_start("t", 1, 100);
+        assert_eq!(t.begin_after("t", 1, 857, 1, 1).1, Some(100));
+        // Nothing expected (no committed offset): no gap.
+        assert_eq!(t.begin_after("t", 2, 50, 1, 1).1, None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::producer::Producer;
 use rdkafka::topic_partition_list::TopicPartitionList;
@@ -26,6 +26,8 @@ use crate::native::queue::Source;
 use crate::plugin::Listener;
 
 pub type MirrorConsumer = BaseConsumer<RebalanceContext>;
+/// How long an assignment waits for the assigned partitions' committed offsets.
+const COMMITTED_TIMEOUT: Duration = Duration::from_secs(5);
 /// The source consumer with our poll of its queue.
 pub type MirrorSource = Source<RebalanceContext>;
 
@@ -88,6 +90,33 @@ impl RebalanceContext {
         let mut tracker = self.shared.tracker();
         for (topic, partition) in partitions {
             tracker.release(topic, *partition);
+        }
+    }
+
+    /// Tells the tracker where each assigned partition's consumption starts (its committed
+    /// offset, one OffsetFetch request, bounded), so that records deleted by retention
+    /// before the first fetch are noticed (see `Stream::skipped_before`). Partitions without
+    /// a committed offset, or when the request fails, are not checked.
+    fn expect_committed(&self, consumer: &MirrorConsumer, tpl: &TopicPartitionList) {
+        if tpl.count() == 0 {
+            return;
+        }
+        let committed = match consumer.committed_offsets(tpl.clone(), COMMITTED_TIMEOUT) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(
+                    stream = self.shared.stream,
+                    "cannot read the committed offsets of the assigned partitions ({e}); \
+                     records deleted by retention before they are read will not be reported"
+                );
+                return;
+            }
+        };
+        let mut tracker = self.shared.tracker();
+        for e in committed.elements() {
+            if let rdkafka::Offset::Offset(offset) = e.offset() {
+                tracker.expect_start(e.topic(), e.partition(), offset);
+            }
         }
     }
 
@@ -182,6 +211,7 @@ impl ConsumerContext for RebalanceContext {
                     list.len(),
                     list.join(" ")
                 );
+                self.expect_committed(consumer, tpl);
                 if let Some(creator) = &self.topics {
                     let mut topics: Vec<&str> =
                         partitions.iter().map(|(t, _)| t.as_str()).collect();

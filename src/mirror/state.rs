@@ -98,6 +98,9 @@ pub struct Recorded {
     pub commit_failures: Family<Vec<(String, String)>, Counter>,
     /// Commits failed since the last one that succeeded, over all streams.
     pub commit_failures_in_a_row: AtomicU64,
+    /// Source records never mirrored because the source no longer had them, by reason
+    /// (`retention`: deleted before they were read).
+    pub skipped: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for Recorded {
@@ -110,6 +113,7 @@ impl Default for Recorded {
             send_errors: Family::default(),
             commit_failures: Family::default(),
             commit_failures_in_a_row: AtomicU64::new(0),
+            skipped: Family::default(),
         }
     }
 }
@@ -119,6 +123,12 @@ impl Recorded {
         self.send_errors
             .get_or_create(&vec![("code".to_owned(), code)])
             .inc();
+    }
+
+    pub fn count_skipped(&self, reason: &str, records: u64) {
+        self.skipped
+            .get_or_create(&vec![("reason".to_owned(), reason.to_owned())])
+            .inc_by(records);
     }
 
     pub fn commit_succeeded(&self) {

@@ -22,6 +22,7 @@ use super::rebalance::{MirrorConsumer, MirrorSource, RebalanceContext};
 use super::state::{Control, ShutdownGate, Stats, StreamShared};
 use super::target::TargetNames;
 use super::topics::TopicCreator;
+use crate::native::cached_low_watermark;
 use crate::native::produce::{produce, Outgoing, RawHeaders};
 use crate::native::queue::{Polled, Source};
 use crate::native::record::Record;
@@ -372,13 +373,16 @@ impl<'s> Stream<'s> {
             Route::AsItIs => 1,
             Route::Handled(outputs) => outputs.len(),
         };
-        let ticket = self.shared.tracker().begin(
+        let (ticket, gap_from) = self.shared.tracker().begin_after(
             record.topic(),
             record.partition(),
             record.offset(),
             bytes,
             u32::try_from(outputs).unwrap_or(u32::MAX),
         );
+        if let Some(expected) = gap_from {
+            self.skipped_before(record, expected);
+        }
         match route {
             // Acknowledged at once: the commit point may pass it.
             Route::Skip => {}
@@ -419,6 +423,34 @@ impl<'s> Stream<'s> {
                 }
             }
         }
+    }
+
+    /// `record` came after a gap from `expected`. Gaps above the partition's low watermark are
+    /// normal (compaction, transaction markers); records below it were deleted by the
+    /// source's retention before they were read (librdkafka reset the position to the
+    /// earliest offset and only logged it): say which, and count them.
+    fn skipped_before(&self, record: &Record<'_>, expected: i64) {
+        let (topic, partition) = (record.topic(), record.partition());
+        let Some(low) = cached_low_watermark(self.source.consumer(), topic, partition) else {
+            return;
+        };
+        let end = low.min(record.offset());
+        if end <= expected {
+            return;
+        }
+        let skipped = end - expected;
+        self.shared
+            .stats
+            .recorded
+            .count_skipped("retention", skipped as u64);
+        tracing::warn!(
+            stream = self.stream,
+            "source records {topic}/{partition} offsets {expected} to {} ({skipped} records) \
+             were deleted by the source's retention before they were mirrored; they are not on \
+             the target. Mirroring goes on from offset {}",
+            end - 1,
+            record.offset()
+        );
     }
 
     /// Where a record goes: nowhere (it came from the target, or the handler filtered it
