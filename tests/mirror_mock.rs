@@ -804,3 +804,130 @@ fn records_deleted_by_retention_before_they_were_mirrored_are_logged_and_counted
         "{body}"
     );
 }
+
+/// Issue 12 #3: a target that does not answer while a new topic is assigned (a rolling
+/// restart) is a transient error for `--create.topics`: retried with backoff inside the
+/// rebalance callback (bounded by a third of `max.poll.interval.ms`, 10 s here), not fatal.
+#[test]
+fn a_transient_metadata_failure_while_making_target_topics_is_retried_not_fatal() {
+    let clusters = MockPair::new(TOPIC, 1);
+    clusters.write(0..100);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(
+        dir.path(),
+        &clusters.src(),
+        &clusters.dst(),
+        &[("max.poll.interval.ms", "30000")],
+        &[],
+    );
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        "orders.*",
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--topic.refresh.interval.ms",
+            "500",
+            "--startup.timeout.ms",
+            "1500",
+            "--create.topics",
+            "true",
+        ],
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 1, 100);
+    clusters.target.create_topic("orders.late", 2, 1).unwrap();
+    clusters.target.broker_down(1).unwrap();
+    clusters.source.create_topic("orders.late", 2, 1).unwrap();
+    write_samples(&clusters.src(), "orders.late", 0..200, 2, 50).unwrap();
+    // The assignment of orders.late finds the target down for a few seconds.
+    wait_until(
+        Duration::from_secs(30),
+        "the assignment of orders.late",
+        || mirror.log().contains("orders.late/") || !mirror.is_running(),
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    clusters.target.broker_up(1).unwrap();
+    wait_committed(&mut mirror, &clusters.src(), "orders.late", 2, 200);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    assert!(log.contains("retrying"), "log:\n{log}");
+    let c = compare_topic(&clusters.src(), &clusters.dst(), "orders.late", 2).unwrap();
+    assert!(c.is_exact() && c.source == 200, "{c:?}");
+}
+
+/// Issue 12 #3: a target topic deleted while the mirror runs (`--create.topics true`) is
+/// created again, and the records that could not be sent are mirrored again, in order,
+/// instead of failing the mirror. The mock cannot delete a topic nor create one: the topic's
+/// metadata reports UNKNOWN_TOPIC_OR_PART (the producer then refuses records for it), with
+/// the target down so that the mirror's first attempts to create it again fail (transient);
+/// the test then clears the error ("created") and brings the target back.
+#[test]
+fn a_target_topic_deleted_while_running_is_created_again_and_nothing_is_lost() {
+    let clusters = MockPair::new(TOPIC, 1);
+    clusters.write(0..100);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(
+        dir.path(),
+        &clusters.src(),
+        &clusters.dst(),
+        &[("max.poll.interval.ms", "30000")],
+        &[
+            ("topic.metadata.refresh.interval.ms", "500"),
+            // librdkafka waits this long after a topic's state changed before it believes a
+            // metadata answer that says it is gone (or back).
+            ("topic.metadata.propagation.max.ms", "1000"),
+        ],
+    );
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        TOPIC,
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--startup.timeout.ms",
+            "1500",
+            "--create.topics",
+            "true",
+        ],
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 1, 100);
+    // "Deleted": the producer learns it at its next metadata refresh.
+    clusters
+        .target
+        .topic_error(
+            TOPIC,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART,
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    clusters.target.broker_down(1).unwrap();
+    clusters.write(100..300);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !mirror.log().contains("is missing") {
+        assert!(
+            mirror.is_running() && std::time::Instant::now() < deadline,
+            "the mirror did not notice the missing topic:\n{}",
+            mirror.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // "Created again".
+    clusters
+        .target
+        .topic_error(TOPIC, RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR)
+        .unwrap();
+    clusters.target.broker_up(1).unwrap();
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 1, 300);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    assert!(
+        log.contains("mirroring orders/0 again from offset 100"),
+        "log:\n{log}"
+    );
+    let c = clusters.compare();
+    assert_eq!((c.lost, c.changed, c.source), (0, 0, 300), "{c:?}");
+    assert!(c.in_order, "{c:?}");
+}

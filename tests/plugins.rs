@@ -464,3 +464,50 @@ fn a_fan_out_that_fills_the_producer_queue_keeps_the_group_and_the_watchdog() {
         }
     }
 }
+
+/// Issue 12 #3: only the target topics `--create.topics` makes (the source topic through
+/// `--target.topic`) are made again when found missing; a handler's output topic that does
+/// not exist stays a send failure (abort: exit 1, committed before it), not an endless
+/// rewind.
+#[test]
+fn a_missing_handler_output_topic_is_a_send_failure_not_made_again() {
+    let clusters = clusters(&[]);
+    // The mock makes unknown topics when asked: this one answers as not existing.
+    clusters
+        .target
+        .topic_error(
+            "__missing.orders",
+            rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART,
+        )
+        .unwrap();
+    clusters.write(0..20);
+    let lib = build_plugin("rename-handler");
+    let dir = tempdir();
+    let (c, p) = mirror_configs(
+        dir.path(),
+        &clusters.src(),
+        &clusters.dst(),
+        &[],
+        &[("topic.metadata.propagation.max.ms", "1000")],
+    );
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        TOPIC,
+        &[
+            "--message.handler",
+            lib.to_str().unwrap(),
+            "--message.handler.args",
+            "topic=__missing.{topic}",
+            "--create.topics",
+            "true",
+        ],
+    );
+    let status = mirror.wait(Duration::from_secs(60));
+    let log = mirror.log();
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    assert!(
+        !log.contains("mirroring orders/0 again") && log.contains("__missing.orders"),
+        "log:\n{log}"
+    );
+}

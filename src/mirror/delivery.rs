@@ -16,7 +16,7 @@ use rdkafka::producer::{BaseProducer, ProducerContext};
 
 use super::clients::{self, Cluster};
 use super::offsets::{Outcome, Ticket};
-use super::state::{Stats, StreamShared};
+use super::state::{MissingTarget, Stats, StreamShared};
 
 pub type MirrorProducer = BaseProducer<DeliveryContext>;
 
@@ -29,11 +29,62 @@ impl StreamShared {
         target_partition: Option<i32>,
         error: &KafkaError,
     ) {
+        if matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownTopicOrPartition)
+        ) && self.target_missing(ticket, target_topic)
+        {
+            return;
+        }
         let reason = describe_send_error(error, target_topic, target_partition);
         let code = error
             .rdkafka_error_code()
             .map_or_else(|| "unknown".to_owned(), |c| format!("{c:?}"));
         self.send_failed_because(ticket, target_topic, &code, &reason);
+    }
+
+    /// The target topic of a record does not exist (deleted while running) and
+    /// `--create.topics` is on: the record is pinned (the commit point of its partition stays
+    /// below it) and the stream's loop creates the topic again and mirrors the partition
+    /// again from there.
+    /// Returns whether it did (`false`: not a topic it makes; a send failure as any other).
+    fn target_missing(&self, ticket: Ticket, target_topic: &str) -> bool {
+        let Some(template) = self.recreatable.get() else {
+            return false;
+        };
+        let mut tracker = self.tracker();
+        match tracker.peek(ticket) {
+            Some(s) if template.render(s.topic) == target_topic => {}
+            // A handler's output topic: not ours to make.
+            Some(_) => return false,
+            // Released since: nothing to do.
+            None => return true,
+        }
+        let Outcome::Recorded(s) = tracker.fail(ticket) else {
+            return true;
+        };
+        let missing = MissingTarget {
+            target_topic: target_topic.to_owned(),
+            source_topic: s.topic.to_owned(),
+            partition: s.partition,
+        };
+        let offset = s.offset;
+        drop(tracker);
+        let mut list = self
+            .missing_targets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !list.contains(&missing) {
+            tracing::warn!(
+                stream = self.stream,
+                "target topic {target_topic} is missing (deleted while running?): creating it \
+                 again (--create.topics), then mirroring {}/{} again from offset {offset}",
+                missing.source_topic,
+                missing.partition
+            );
+            list.push(missing);
+        }
+        true
     }
 
     /// Like [`send_failed`](Self::send_failed), with the reason given in words, counted

@@ -343,6 +343,24 @@ impl OffsetTracker {
         (pos < slot.ring.len()).then_some(pos)
     }
 
+    /// Where a partition's consumption must start again for nothing unacknowledged to be
+    /// skipped: its oldest record not acknowledged (a failed one), or else its commit point.
+    pub fn rewind_point(&self, topic: &str, partition: i32) -> Option<i64> {
+        let slot = &self.slots[self.slot_of(topic, partition)? as usize];
+        slot.ring.front().map(|e| e.offset).or(slot.committable)
+    }
+
+    /// The source record of a ticket still tracked.
+    pub fn peek(&self, ticket: Ticket) -> Option<SourceRecord<'_>> {
+        let pos = self.position(ticket)?;
+        let slot = &self.slots[ticket.slot as usize];
+        Some(SourceRecord {
+            topic: &slot.topic,
+            partition: slot.partition,
+            offset: slot.ring[pos].offset,
+        })
+    }
+
     /// Whether the ticket's record is still tracked (its partition was not released since).
     pub fn is_tracked(&self, ticket: Ticket) -> bool {
         self.position(ticket).is_some()

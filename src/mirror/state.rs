@@ -217,6 +217,22 @@ pub struct StreamShared {
     /// Set when the target refused a record for good in a delivery report (abort mode):
     /// records produced after it may still be queued, and must not land after it.
     pub failed_with_records_behind: AtomicBool,
+    /// `--create.topics`: the target topic of each source topic (`--target.topic`). One of
+    /// these found missing while running (deleted) is created again, and the source
+    /// partitions whose records it refused are mirrored again. (A handler's other output
+    /// topics are not made: a missing one stays a send failure.)
+    pub recreatable: std::sync::OnceLock<crate::settings::routing::TopicTemplate>,
+    /// The target topics found missing, with the source partition of each refused record;
+    /// the stream's loop creates them again and rewinds those partitions.
+    pub missing_targets: Mutex<Vec<MissingTarget>>,
+}
+
+/// A record refused because its target topic does not exist (any more).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingTarget {
+    pub target_topic: String,
+    pub source_topic: String,
+    pub partition: i32,
 }
 
 impl StreamShared {
@@ -237,6 +253,8 @@ impl StreamShared {
             last_turn: Default::default(),
             lag: Default::default(),
             failed_with_records_behind: false.into(),
+            recreatable: std::sync::OnceLock::new(),
+            missing_targets: Mutex::default(),
         });
         shared.stats.streams.register(&shared);
         shared

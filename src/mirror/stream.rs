@@ -135,12 +135,16 @@ impl<'s> Stream<'s> {
                 assignment_changed: false.into(),
                 listener,
                 topics,
+                topic_retry_limit: stall_limit(settings),
             })
             .map_err(|source| StreamError::Create {
                 stream: id,
                 client: "source consumer",
                 source,
             })?;
+        if settings.create_topics.is_some() {
+            let _ = shared.recreatable.set(settings.target_topic.clone());
+        }
         let source = Source::new(consumer).ok_or_else(|| StreamError::Create {
             stream: id,
             client: "source consumer queue (is group.id set?)",
@@ -174,6 +178,7 @@ impl<'s> Stream<'s> {
         while !self.shared.control.stop_requested() {
             self.producer.poll(Duration::ZERO);
             self.make_room();
+            self.recreate_missing_targets();
             let polled = self.source.poll(POLL_INTERVAL);
             self.last_consumer_poll.set(Instant::now());
             match polled {
@@ -314,6 +319,99 @@ impl<'s> Stream<'s> {
             }
             self.shared.turned(Instant::now());
             self.producer.poll(Duration::from_millis(5));
+        }
+    }
+
+    /// Target topics found missing while running (`--create.topics`): with consumption
+    /// paused, once nothing is in flight any more (records still queued for an affected
+    /// partition must land or fail before it is rewound, or they would land after their
+    /// re-sent predecessors), create them again (transient errors retried, permanent ones
+    /// fatal, as on assignment), then rewind each affected source partition to its oldest
+    /// record not acknowledged: everything from there is mirrored again, in order
+    /// (duplicates of what had landed after it, no loss).
+    fn recreate_missing_targets(&self) {
+        let pending = !self
+            .shared
+            .missing_targets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty();
+        if !pending {
+            return;
+        }
+        let Some(creator) = self.rebalance_context().topics.clone() else {
+            return;
+        };
+        let (_, records, bytes) = self.over_limit(1);
+        self.set_paused(true, records, bytes);
+        if self.producer.in_flight_count() > 0 {
+            // Short: the consumer keeps being polled between tries.
+            let _ = self.producer.flush(Duration::from_millis(200));
+            if self.producer.in_flight_count() > 0 {
+                return;
+            }
+        }
+        let missing = std::mem::take(
+            &mut *self
+                .shared
+                .missing_targets
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let mut partitions: Vec<(String, i32)> = Vec::new();
+        for m in &missing {
+            creator.forget(&m.target_topic);
+            let p = (m.source_topic.clone(), m.partition);
+            if !partitions.contains(&p) {
+                partitions.push(p);
+            }
+        }
+        self.rebalance_context()
+            .make_target_topics(&creator, &partitions);
+        if self.shared.control.stop_requested() {
+            return;
+        }
+        for m in &missing {
+            if let Ok(name) = std::ffi::CString::new(m.target_topic.as_str()) {
+                self.last_target_refresh.set(None);
+                self.refresh_target_metadata(&name);
+            }
+        }
+        let assignment = self.source.consumer().assignment().unwrap_or_default();
+        for (topic, partition) in partitions {
+            let mut tracker = self.shared.tracker();
+            let point = tracker.rewind_point(&topic, partition);
+            tracker.release(&topic, partition);
+            drop(tracker);
+            let assigned = assignment
+                .elements()
+                .iter()
+                .any(|e| e.topic() == topic && e.partition() == partition);
+            let (Some(offset), true) = (point, assigned) else {
+                // Released since (its next owner starts from the commit point, which stayed
+                // below the refused record), or nothing tracked.
+                continue;
+            };
+            match self.source.consumer().seek(
+                &topic,
+                partition,
+                rdkafka::Offset::Offset(offset),
+                Duration::ZERO,
+            ) {
+                Ok(()) => tracing::info!(
+                    stream = self.stream,
+                    "mirroring {topic}/{partition} again from offset {offset}, its target topic \
+                     made again"
+                ),
+                // Its records after the refused one were consumed already: stopping keeps
+                // the commit point below it.
+                Err(e) => self.shared.control.fail(format!(
+                    "stream {}: cannot rewind {topic}/{partition} to offset {offset} after \
+                     making its target topic again: {e}; stopping, the committed offset stays \
+                     before it",
+                    self.stream
+                )),
+            }
         }
     }
 
