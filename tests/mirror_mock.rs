@@ -772,3 +772,279 @@ fn a_clean_stop_with_several_streams_warns_of_no_duplicates() {
     assert!(!log[stop..].contains("WARN"), "{log}");
     assert!(!log.contains("duplicates"), "{log}");
 }
+
+/// Issue 12 #9: the producer's client-side `message.max.bytes` (librdkafka's default: 1 MB)
+/// must not refuse a record that the target topic takes (Kafka's default topic
+/// `max.message.bytes` is 1,048,588; a topic created with the source's value takes whatever
+/// the source topic holds): the target topic's limit is the one that bounds.
+#[test]
+fn a_record_larger_than_librdkafkas_default_message_max_bytes_is_mirrored() {
+    let clusters = MockPair::new(TOPIC, 1);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", clusters.src())
+        .set("message.max.bytes", "3000000")
+        .create()
+        .unwrap();
+    for i in 0..3 {
+        let value = vec![b'x'; if i == 1 { 1_500_000 } else { 100 }];
+        let key = format!("k{i}");
+        producer
+            .send(
+                BaseRecord::<str, [u8]>::to(TOPIC)
+                    .partition(0)
+                    .key(&key)
+                    .payload(&value),
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let mut mirror = clusters.start(&[], &[], &["--offset.commit.interval.ms", "300"]);
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 1, 3);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let c = clusters.compare();
+    assert!(c.is_exact() && c.source == 3, "{c:?}");
+}
+
+/// Issue 12 #4: a record larger than the producer queue's byte limit
+/// (`queue.buffering.max.kbytes`) can never be queued; it is refused with a clear error
+/// (abort mode: the mirror stops, committed before it) instead of being retried for ever.
+#[test]
+fn a_record_larger_than_the_producer_queue_is_refused_not_retried_for_ever() {
+    let clusters = MockPair::new(TOPIC, 1);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", clusters.src())
+        .set("message.max.bytes", "3000000")
+        .create()
+        .unwrap();
+    for i in 0..3 {
+        let value = vec![b'x'; if i == 1 { 1_500_000 } else { 100 }];
+        let key = format!("k{i}");
+        producer
+            .send(
+                BaseRecord::<str, [u8]>::to(TOPIC)
+                    .partition(0)
+                    .key(&key)
+                    .payload(&value),
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let mut mirror = clusters.start(
+        &[],
+        &[("queue.buffering.max.kbytes", "1000")],
+        &["--offset.commit.interval.ms", "300"],
+    );
+    let status = mirror.wait(Duration::from_secs(40));
+    let log = mirror.log();
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("orders/0 offset 1") && last.contains("queue.buffering.max.kbytes"),
+        "the last line names the record and the limit: {last}"
+    );
+    assert_eq!(clusters.committed(), vec![1]);
+}
+
+/// Issue 12 #8: records the source's retention deleted before the mirror read them (offset
+/// out of range, reset to earliest: librdkafka only logs it) are reported: a warning naming
+/// the partition and the offsets skipped, and `mirror_records_skipped_total{reason}`. The mock
+/// keeps about 5 MB per partition: a mirror stopped after committing, then a larger backlog,
+/// then the mirror again.
+#[test]
+fn records_deleted_by_retention_before_they_were_mirrored_are_logged_and_counted() {
+    let clusters = MockPair::new(TOPIC, 1);
+    let write = |n: usize, size: usize| {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", clusters.src())
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+        let value = vec![b'r'; size];
+        for i in 0..n {
+            let key = format!("k{i}");
+            loop {
+                let record = BaseRecord::<str, [u8]>::to(TOPIC)
+                    .partition(0)
+                    .key(&key)
+                    .payload(&value);
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err(_) => {
+                        producer.poll(Duration::from_millis(10));
+                    }
+                }
+            }
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+    };
+    write(100, 100);
+    clusters.mirror_until_committed(&[], 100);
+    assert_eq!(clusters.committed(), vec![100]);
+    // 12 MB more: the oldest segments, offsets 100 and up among them, are deleted.
+    write(1200, 10_000);
+    let consumer: rdkafka::consumer::BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", clusters.src())
+        .create()
+        .unwrap();
+    let (low, _) =
+        rdkafka::consumer::Consumer::fetch_watermarks(&consumer, TOPIC, 0, Duration::from_secs(10))
+            .unwrap();
+    assert!(low > 100, "the mock kept offset 100 (low watermark {low})");
+    let addr = free_local_addr();
+    let mut mirror = clusters.start(
+        &[],
+        &[],
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--metrics.addr",
+            &addr,
+        ],
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 1, 1300);
+    let (_, body) = http_get(&addr, "/metrics");
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    let expected = format!("{TOPIC}/0 offsets 100 to {}", low - 1);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains(&expected) && l.contains("retention")),
+        "no warning naming {expected}:\n{log}"
+    );
+    assert_eq!(
+        metric(
+            &body,
+            "mirror_records_skipped_total",
+            "reason=\"retention\""
+        ),
+        Some((low - 100) as f64),
+        "{body}"
+    );
+}
+
+/// Issue 12 #3: a target that does not answer while a new topic is assigned (a rolling
+/// restart) is a transient error for `--create.topics`: retried with backoff inside the
+/// rebalance callback (bounded by a third of `max.poll.interval.ms`, 10 s here), not fatal.
+#[test]
+fn a_transient_metadata_failure_while_making_target_topics_is_retried_not_fatal() {
+    let clusters = MockPair::new(TOPIC, 1);
+    clusters.write(0..100);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(
+        dir.path(),
+        &clusters.src(),
+        &clusters.dst(),
+        &[("max.poll.interval.ms", "30000")],
+        &[],
+    );
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        "orders.*",
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--topic.refresh.interval.ms",
+            "500",
+            "--startup.timeout.ms",
+            "1500",
+            "--create.topics",
+            "true",
+        ],
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 1, 100);
+    clusters.target.create_topic("orders.late", 2, 1).unwrap();
+    clusters.target.broker_down(1).unwrap();
+    clusters.source.create_topic("orders.late", 2, 1).unwrap();
+    write_samples(&clusters.src(), "orders.late", 0..200, 2, 50).unwrap();
+    // The assignment of orders.late finds the target down for a few seconds.
+    wait_until(
+        Duration::from_secs(30),
+        "the assignment of orders.late",
+        || mirror.log().contains("orders.late/") || !mirror.is_running(),
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    clusters.target.broker_up(1).unwrap();
+    wait_committed(&mut mirror, &clusters.src(), "orders.late", 2, 200);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    assert!(log.contains("retrying"), "log:\n{log}");
+    let c = compare_topic(&clusters.src(), &clusters.dst(), "orders.late", 2).unwrap();
+    assert!(c.is_exact() && c.source == 200, "{c:?}");
+}
+
+/// Issue 12 #3: a target topic deleted while the mirror runs (`--create.topics true`) is
+/// created again, and the records that could not be sent are mirrored again, in order,
+/// instead of failing the mirror. The mock cannot delete a topic nor create one: the topic's
+/// metadata reports UNKNOWN_TOPIC_OR_PART (the producer then refuses records for it), with
+/// the target down so that the mirror's first attempts to create it again fail (transient);
+/// the test then clears the error ("created") and brings the target back.
+#[test]
+fn a_target_topic_deleted_while_running_is_created_again_and_nothing_is_lost() {
+    let clusters = MockPair::new(TOPIC, 1);
+    clusters.write(0..100);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(
+        dir.path(),
+        &clusters.src(),
+        &clusters.dst(),
+        &[("max.poll.interval.ms", "30000")],
+        &[
+            ("topic.metadata.refresh.interval.ms", "500"),
+            // librdkafka waits this long after a topic's state changed before it believes a
+            // metadata answer that says it is gone (or back).
+            ("topic.metadata.propagation.max.ms", "1000"),
+        ],
+    );
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        TOPIC,
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--startup.timeout.ms",
+            "1500",
+            "--create.topics",
+            "true",
+        ],
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 1, 100);
+    // "Deleted": the producer learns it at its next metadata refresh.
+    clusters
+        .target
+        .topic_error(
+            TOPIC,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART,
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    clusters.target.broker_down(1).unwrap();
+    clusters.write(100..300);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !mirror.log().contains("is missing") {
+        assert!(
+            mirror.is_running() && std::time::Instant::now() < deadline,
+            "the mirror did not notice the missing topic:\n{}",
+            mirror.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // "Created again".
+    clusters
+        .target
+        .topic_error(TOPIC, RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR)
+        .unwrap();
+    clusters.target.broker_up(1).unwrap();
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, 1, 300);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    assert!(
+        log.contains("mirroring orders/0 again from offset 100"),
+        "log:\n{log}"
+    );
+    let c = clusters.compare();
+    assert_eq!((c.lost, c.changed, c.source), (0, 0, 300), "{c:?}");
+    assert!(c.in_order, "{c:?}");
+}

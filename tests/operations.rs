@@ -398,6 +398,11 @@ fn check_lists_what_would_be_mirrored_and_explains_each_problem() {
         "{out}"
     );
     assert!(out.contains("OK: ready to mirror"), "{out}");
+    // Issue 12 #9: which limit bounds a record's size.
+    assert!(
+        out.contains("record size: bounded by each target topic's max.message.bytes"),
+        "{out}"
+    );
 
     let (code, out) = check(
         &c,

@@ -368,3 +368,145 @@ fn the_c_header_and_the_rust_abi_agree_on_layout() {
     );
     assert_eq!(out, rust, "C sizes vs Rust sizes");
 }
+
+/// Issue 12 #4: a fan-out handler fills the producer queue (the byte backpressure counts the
+/// source records' bytes: 1 KiB in flight, four times that queued, in a queue of 2 KiB) while
+/// the target is down for longer than `max.poll.interval.ms` (10 s here). The stream waits in
+/// its queue-full loop: it must keep its group membership (pause and poll the consumer) and
+/// feed the systemd watchdog, and lose or reorder nothing once the target is back.
+#[test]
+fn a_fan_out_that_fills_the_producer_queue_keeps_the_group_and_the_watchdog() {
+    use std::os::unix::net::UnixDatagram;
+    let topics = ["orders.a", "orders.b", "orders.c", "orders.d"];
+    let clusters = clusters(&topics);
+    let lib = build_plugin("fanout-handler");
+    clusters.write(0..100);
+    let dir = tempdir();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let (c, p) = mirror_configs(
+        dir.path(),
+        &clusters.src(),
+        &clusters.dst(),
+        &[],
+        &[("queue.buffering.max.kbytes", "2")],
+    );
+    let mut mirror = Mirror::start_with_env(
+        &c,
+        &p,
+        TOPIC,
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--message.handler",
+            lib.to_str().unwrap(),
+            "--message.handler.args",
+            "{topic}.a,{topic}.b,{topic}.c,{topic}.d",
+        ],
+        &[
+            ("NOTIFY_SOCKET", socket_path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "2000000"),
+            ("RUST_LOG", "info,mirror_maker::mirror::stream=debug"),
+        ],
+    );
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, PARTITIONS, 100);
+    clusters.target.broker_down(1).unwrap();
+    clusters.write(100..2000);
+    // Longer than max.poll.interval.ms; the watchdog is listened to meanwhile.
+    // A reader that keeps draining the socket (a full socket would block the notifier).
+    let outage = Instant::now();
+    let late_watchdogs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = late_watchdogs.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        loop {
+            match socket.recv(&mut buf) {
+                Ok(n) => {
+                    let late = (Duration::from_secs(8)..Duration::from_secs(14))
+                        .contains(&outage.elapsed());
+                    if &buf[..n] == b"WATCHDOG=1" && late {
+                        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(_) => return,
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_secs(14));
+    let late_watchdogs = late_watchdogs.load(std::sync::atomic::Ordering::SeqCst);
+    clusters.target.broker_up(1).unwrap();
+    wait_committed(&mut mirror, &clusters.src(), TOPIC, PARTITIONS, 2000);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    assert!(
+        log.contains("producer queue full"),
+        "the test did not fill the producer queue:\n{log}"
+    );
+    assert!(
+        late_watchdogs >= 2,
+        "the watchdog was not fed while the queue was full ({late_watchdogs}):\n{log}"
+    );
+    assert!(
+        !log.contains("maximum poll interval") && log.matches("assigned").count() == 1,
+        "the stream left the group during the outage:\n{log}"
+    );
+    for p in 0..PARTITIONS {
+        let source = clusters.source_records(p);
+        assert_eq!(source.len(), 1000);
+        for t in topics {
+            assert_eq!(clusters.target_records(t, p), source, "{t}/{p}");
+        }
+    }
+}
+
+/// Issue 12 #3: only the target topics `--create.topics` makes (the source topic through
+/// `--target.topic`) are made again when found missing; a handler's output topic that does
+/// not exist stays a send failure (abort: exit 1, committed before it), not an endless
+/// rewind.
+#[test]
+fn a_missing_handler_output_topic_is_a_send_failure_not_made_again() {
+    let clusters = clusters(&[]);
+    // The mock makes unknown topics when asked: this one answers as not existing.
+    clusters
+        .target
+        .topic_error(
+            "__missing.orders",
+            rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART,
+        )
+        .unwrap();
+    clusters.write(0..20);
+    let lib = build_plugin("rename-handler");
+    let dir = tempdir();
+    let (c, p) = mirror_configs(
+        dir.path(),
+        &clusters.src(),
+        &clusters.dst(),
+        &[],
+        &[("topic.metadata.propagation.max.ms", "1000")],
+    );
+    let mut mirror = Mirror::start(
+        &c,
+        &p,
+        TOPIC,
+        &[
+            "--message.handler",
+            lib.to_str().unwrap(),
+            "--message.handler.args",
+            "topic=__missing.{topic}",
+            "--create.topics",
+            "true",
+        ],
+    );
+    let status = mirror.wait(Duration::from_secs(60));
+    let log = mirror.log();
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    assert!(
+        !log.contains("mirroring orders/0 again") && log.contains("__missing.orders"),
+        "log:\n{log}"
+    );
+}

@@ -16,7 +16,7 @@ use rdkafka::producer::{BaseProducer, ProducerContext};
 
 use super::clients::{self, Cluster};
 use super::offsets::{Outcome, Ticket};
-use super::state::{Stats, StreamShared};
+use super::state::{MissingTarget, Stats, StreamShared};
 
 pub type MirrorProducer = BaseProducer<DeliveryContext>;
 
@@ -29,12 +29,74 @@ impl StreamShared {
         target_partition: Option<i32>,
         error: &KafkaError,
     ) {
+        if matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownTopicOrPartition)
+        ) && self.target_missing(ticket, target_topic)
+        {
+            return;
+        }
         let reason = describe_send_error(error, target_topic, target_partition);
-        self.stats.recorded.count_send_error(
-            error
-                .rdkafka_error_code()
-                .map_or_else(|| "unknown".to_owned(), |c| format!("{c:?}")),
-        );
+        let code = error
+            .rdkafka_error_code()
+            .map_or_else(|| "unknown".to_owned(), |c| format!("{c:?}"));
+        self.send_failed_because(ticket, target_topic, &code, &reason);
+    }
+
+    /// The target topic of a record does not exist (deleted while running) and
+    /// `--create.topics` is on: the record is pinned (the commit point of its partition stays
+    /// below it) and the stream's loop creates the topic again and mirrors the partition
+    /// again from there.
+    /// Returns whether it did (`false`: not a topic it makes; a send failure as any other).
+    fn target_missing(&self, ticket: Ticket, target_topic: &str) -> bool {
+        let Some(template) = self.recreatable.get() else {
+            return false;
+        };
+        let mut tracker = self.tracker();
+        match tracker.peek(ticket) {
+            Some(s) if template.render(s.topic) == target_topic => {}
+            // A handler's output topic: not ours to make.
+            Some(_) => return false,
+            // Released since: nothing to do.
+            None => return true,
+        }
+        let Outcome::Recorded(s) = tracker.fail(ticket) else {
+            return true;
+        };
+        let missing = MissingTarget {
+            target_topic: target_topic.to_owned(),
+            source_topic: s.topic.to_owned(),
+            partition: s.partition,
+        };
+        let offset = s.offset;
+        drop(tracker);
+        let mut list = self
+            .missing_targets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !list.contains(&missing) {
+            tracing::warn!(
+                stream = self.stream,
+                "target topic {target_topic} is missing (deleted while running?): creating it \
+                 again (--create.topics), then mirroring {}/{} again from offset {offset}",
+                missing.source_topic,
+                missing.partition
+            );
+            list.push(missing);
+        }
+        true
+    }
+
+    /// Like [`send_failed`](Self::send_failed), with the reason given in words, counted
+    /// under `code` in `mirror_send_errors_total`.
+    pub fn send_failed_because(
+        &self,
+        ticket: Ticket,
+        target_topic: &str,
+        code: &str,
+        reason: &str,
+    ) {
+        self.stats.recorded.count_send_error(code.to_owned());
         let mut tracker = self.tracker();
         // Failed (abort: the commit point never passes it) or given up (skip: acknowledged).
         let outcome = if self.abort_on_send_failure {
@@ -69,6 +131,11 @@ fn describe_send_error(error: &KafkaError, topic: &str, partition: Option<i32>) 
              least as many partitions on the target as on the source; add partitions to the \
              target topic or use --partitioning hash",
             partition.map_or_else(|| "?".to_owned(), |p| p.to_string())
+        ),
+        Some(RDKafkaErrorCode::MessageSizeTooLarge) => format!(
+            "{}: the record is larger than target topic {topic} takes (its max.message.bytes, \
+             or the producer's message.max.bytes if set lower; see `mirror-maker check`)",
+            RDKafkaErrorCode::MessageSizeTooLarge
         ),
         Some(code) => code.to_string(),
         None => error.to_string(),

@@ -127,6 +127,12 @@ struct Slot {
     ring: VecDeque<Entry>,
     /// The next offset to consume according to what is acknowledged, if anything is.
     committable: Option<i64>,
+    /// The offset of the last record registered, to notice a position that moves back.
+    last_offset: Option<i64>,
+    /// Records with a lower sequence number were consumed before the position moved back:
+    /// their acknowledgement lets the records behind them advance, but never sets the commit
+    /// point (their offsets belong to the log as it was before).
+    superseded_below: u64,
 }
 
 impl Slot {
@@ -139,7 +145,9 @@ impl Slot {
             if front.pending > 0 || front.failed {
                 break;
             }
-            self.committable = Some(front.offset + 1);
+            if self.front_seq >= self.superseded_below {
+                self.committable = Some(front.offset + 1);
+            }
             self.ring.pop_front();
             self.front_seq += 1;
         }
@@ -163,6 +171,9 @@ pub struct OffsetTracker {
     in_flight_bytes: usize,
     /// Counters of partitions released since, so that they stay monotonic.
     retired: HashMap<(String, i32), PartitionCounters>,
+    /// Where consumption of a newly assigned partition should start (its committed offset),
+    /// until its first record is registered.
+    starts: HashMap<(String, i32), i64>,
 }
 
 impl OffsetTracker {
@@ -205,6 +216,11 @@ impl OffsetTracker {
                 slot.first_seq = slot.next_seq();
                 slot.front_seq = slot.first_seq;
                 slot.committable = None;
+                slot.last_offset = self
+                    .starts
+                    .remove(&(topic.to_owned(), partition))
+                    .map(|o| o - 1);
+                slot.superseded_below = slot.first_seq;
                 slot.counters = PartitionCounters::default();
                 index
             }
@@ -222,6 +238,11 @@ impl OffsetTracker {
                     first_seq: 0,
                     ring: VecDeque::new(),
                     committable: None,
+                    last_offset: self
+                        .starts
+                        .remove(&(topic.to_owned(), partition))
+                        .map(|o| o - 1),
+                    superseded_below: 0,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -239,6 +260,14 @@ impl OffsetTracker {
     /// Registers a consumed record of `bytes` bytes, stamped `timestamp` (ms), from which
     /// `outputs` target records will be produced. With `outputs == 0` (filtered out) it counts
     /// as acknowledged at once.
+    ///
+    /// Offsets grow within a partition, except when its position moves back (the log was
+    /// truncated after an unclean leader election, the topic was deleted and recreated, the
+    /// position was reset to the earliest offset). Then the records still in flight belong
+    /// to the log as it was: their acknowledgements must not carry the commit point past the
+    /// records consumed since, which come before them in offset order. The commit point is
+    /// lowered to the new offset (if it was past it), and it only moves again when records
+    /// consumed after the move are acknowledged.
     pub fn begin(
         &mut self,
         topic: &str,
@@ -248,8 +277,47 @@ impl OffsetTracker {
         bytes: usize,
         outputs: u32,
     ) -> Ticket {
+        self.begin_after(topic, partition, offset, timestamp, bytes, outputs)
+            .0
+    }
+
+    /// Where consumption of a partition being assigned starts (its committed offset): the
+    /// first record registered for it is compared with it, as later ones with the record
+    /// before them.
+    pub fn expect_start(&mut self, topic: &str, partition: i32, offset: i64) {
+        if self.slot_of(topic, partition).is_none() {
+            self.starts.insert((topic.to_owned(), partition), offset);
+        }
+    }
+
+    /// Like [`begin`](Self::begin); also returns the offset the record was expected at when
+    /// it skips ahead of it (a gap: compaction, transaction markers, or records deleted
+    /// before they were read), `None` when it follows on or nothing was expected.
+    pub fn begin_after(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        timestamp: Option<i64>,
+        bytes: usize,
+        outputs: u32,
+    ) -> (Ticket, Option<i64>) {
         let index = self.slot_or_insert(topic, partition);
         let slot = &mut self.slots[index as usize];
+        let gap_from = slot
+            .last_offset
+            .map(|last| last + 1)
+            .filter(|expected| offset > *expected);
+        if let Some(last) = slot.last_offset.filter(|last| offset <= *last) {
+            tracing::warn!(
+                "source partition {topic}/{partition} moved back from offset {last} to {offset} \
+                 (log truncated, topic recreated, or position reset); the commit point stays at \
+                 or below {offset} until the records from there on are acknowledged"
+            );
+            slot.superseded_below = slot.next_seq();
+            slot.committable = slot.committable.map(|c| c.min(offset));
+        }
+        slot.last_offset = Some(offset);
         slot.counters.consumed += 1;
         slot.counters.consumed_bytes += bytes as u64;
         let seq = slot.next_seq();
@@ -273,7 +341,7 @@ impl OffsetTracker {
                 self.in_flight_bytes += bytes as usize;
             }
         }
-        Ticket { slot: index, seq }
+        (Ticket { slot: index, seq }, gap_from)
     }
 
     /// Where the ticket's record sits in its slot's ring, if it is still tracked.
@@ -284,6 +352,31 @@ impl OffsetTracker {
         }
         let pos = usize::try_from(ticket.seq - slot.front_seq).ok()?;
         (pos < slot.ring.len()).then_some(pos)
+    }
+
+    /// Where a partition's consumption must start again for nothing unacknowledged to be
+    /// skipped: its oldest record not acknowledged (a failed one), or else its commit point.
+    pub fn rewind_point(&self, topic: &str, partition: i32) -> Option<i64> {
+        let slot = &self.slots[self.slot_of(topic, partition)? as usize];
+        slot.ring.front().map(|e| e.offset).or(slot.committable)
+    }
+
+    /// The source record of a ticket still tracked.
+    pub fn peek(&self, ticket: Ticket) -> Option<SourceRecord<'_>> {
+        let pos = self.position(ticket)?;
+        let slot = &self.slots[ticket.slot as usize];
+        let entry = &slot.ring[pos];
+        Some(SourceRecord {
+            topic: &slot.topic,
+            partition: slot.partition,
+            offset: entry.offset,
+            timestamp: (entry.timestamp >= 0).then_some(entry.timestamp),
+        })
+    }
+
+    /// Whether the ticket's record is still tracked (its partition was not released since).
+    pub fn is_tracked(&self, ticket: Ticket) -> bool {
+        self.position(ticket).is_some()
     }
 
     /// One target record produced from the ticket's source record was acknowledged.
@@ -406,6 +499,7 @@ impl OffsetTracker {
         if let Some(parts) = self.by_topic.get_mut(topic) {
             parts[partition as usize] = None;
         }
+        self.starts.remove(&(topic.to_owned(), partition));
         self.free.push(index);
         unacked
     }
@@ -609,6 +703,71 @@ mod tests {
             }]
         );
         assert_eq!(t.commit_points().len(), 2);
+    }
+
+    #[test]
+    fn a_position_that_moves_back_never_lets_old_acks_pass_new_records() {
+        // Log truncation, a topic deleted and recreated, a reset to earliest: the next
+        // record of a partition has a lower offset than records still in flight.
+        let mut t = OffsetTracker::new();
+        let old_a = t.begin("t", 0, 100, None, 10, 1);
+        let old_b = t.begin("t", 0, 101, None, 10, 1);
+        let new_a = t.begin("t", 0, 5, None, 10, 1);
+        let new_b = t.begin("t", 0, 6, None, 10, 1);
+        // Nothing after 5 in the new log is acknowledged: the commit point is at most 5.
+        assert!(commit_of(&mut t, "t", 0).is_none_or(|o| o <= 5));
+        t.ack(old_a);
+        t.ack(old_b);
+        assert!(
+            commit_of(&mut t, "t", 0).is_none_or(|o| o <= 5),
+            "acknowledging the old records must not move the commit point past 5 and 6: {:?}",
+            commit_of(&mut t, "t", 0)
+        );
+        t.ack(new_a);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(6));
+        t.ack(new_b);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(7));
+        assert_eq!(t.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_position_that_moves_back_lowers_a_commit_point_already_past_it() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 0, 100, None, 10, 1);
+        t.ack(a);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(101));
+        // The partition starts again at 0 (recreated); 0 is not acknowledged yet.
+        let b = t.begin("t", 0, 0, None, 10, 1);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(0));
+        t.ack(b);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(1));
+        // A filtered record after another move back counts as acknowledged at once.
+        t.begin("t", 0, 0, None, 10, 0);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(1));
+    }
+
+    #[test]
+    fn a_position_that_moves_back_behind_a_failed_record_stays_pinned() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 0, 50, None, 10, 1);
+        t.fail(a);
+        let b = t.begin("t", 0, 10, None, 10, 1);
+        t.ack(b);
+        assert!(commit_of(&mut t, "t", 0).is_none_or(|o| o <= 10));
+    }
+
+    #[test]
+    fn a_record_after_a_gap_reports_the_offset_it_was_expected_at() {
+        let mut t = OffsetTracker::new();
+        t.expect_start("t", 0, 100);
+        assert_eq!(t.begin_after("t", 0, 100, None, 1, 1).1, None);
+        assert_eq!(t.begin_after("t", 0, 101, None, 1, 1).1, None);
+        assert_eq!(t.begin_after("t", 0, 105, None, 1, 1).1, Some(102));
+        // The first record after an assignment is compared with the committed offset.
+        t.expect_start("t", 1, 100);
+        assert_eq!(t.begin_after("t", 1, 857, None, 1, 1).1, Some(100));
+        // Nothing expected (no committed offset): no gap.
+        assert_eq!(t.begin_after("t", 2, 50, None, 1, 1).1, None);
     }
 
     #[test]

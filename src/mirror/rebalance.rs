@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::producer::Producer;
 use rdkafka::topic_partition_list::TopicPartitionList;
@@ -27,6 +27,8 @@ use crate::plugin::Listener;
 use crate::settings::counted;
 
 pub type MirrorConsumer = BaseConsumer<RebalanceContext>;
+/// How long an assignment waits for the assigned partitions' committed offsets.
+const COMMITTED_TIMEOUT: Duration = Duration::from_secs(5);
 /// The source consumer with our poll of its queue.
 pub type MirrorSource = Source<RebalanceContext>;
 
@@ -45,6 +47,9 @@ pub struct RebalanceContext {
     pub listener: Option<Mutex<Listener>>,
     /// `--create.topics`: target topics made before their partitions are fetched.
     pub topics: Option<Arc<TopicCreator>>,
+    /// How long making the target topics of an assignment may retry transient errors (a
+    /// third of `max.poll.interval.ms`: the callback does not poll the consumer meanwhile).
+    pub topic_retry_limit: Duration,
 }
 
 impl RebalanceContext {
@@ -132,6 +137,83 @@ impl RebalanceContext {
             .filter(|p| committed.get(&(p.topic.clone(), p.partition)) != Some(&p.offset))
             .map(|p| (p.topic, p.partition))
             .collect()
+    }
+
+    /// Tells the tracker where each assigned partition's consumption starts (its committed
+    /// offset, one OffsetFetch request, bounded), so that records deleted by retention
+    /// before the first fetch are noticed (see `Stream::skipped_before`). Partitions without
+    /// a committed offset, or when the request fails, are not checked.
+    fn expect_committed(&self, consumer: &MirrorConsumer, tpl: &TopicPartitionList) {
+        if tpl.count() == 0 {
+            return;
+        }
+        let committed = match consumer.committed_offsets(tpl.clone(), COMMITTED_TIMEOUT) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(
+                    stream = self.shared.stream,
+                    "cannot read the committed offsets of the assigned partitions ({e}); \
+                     records deleted by retention before they are read will not be reported"
+                );
+                return;
+            }
+        };
+        let mut tracker = self.shared.tracker();
+        for e in committed.elements() {
+            if let rdkafka::Offset::Offset(offset) = e.offset() {
+                tracker.expect_start(e.topic(), e.partition(), offset);
+            }
+        }
+    }
+
+    /// Makes the target topics of the assigned partitions (`--create.topics`). Transient
+    /// errors (a time-out, brokers down during a rolling restart) are retried with backoff
+    /// for at most `topic_retry_limit`; permanent ones (authorization, policy), and transient
+    /// ones that outlast it, are fatal.
+    pub fn make_target_topics(&self, creator: &TopicCreator, partitions: &[(String, i32)]) {
+        let mut topics: Vec<(&str, usize)> = Vec::new();
+        for (topic, partition) in partitions {
+            let needed = usize::try_from(*partition).unwrap_or(0) + 1;
+            match topics.iter_mut().find(|(t, _)| t == topic) {
+                Some((_, n)) => *n = (*n).max(needed),
+                None => topics.push((topic, needed)),
+            }
+        }
+        let deadline = Instant::now() + self.topic_retry_limit;
+        for (topic, needed) in topics {
+            let mut backoff = Duration::from_millis(200);
+            loop {
+                match creator.ensure(topic, needed) {
+                    Ok(_) => break,
+                    Err(e)
+                        if e.is_transient()
+                            && Instant::now() + backoff < deadline
+                            && !self.shared.control.stop_requested() =>
+                    {
+                        tracing::warn!(
+                            stream = self.shared.stream,
+                            "{e}; retrying in {backoff:?} (transient; for at most {:?} in all)",
+                            self.topic_retry_limit
+                        );
+                        std::thread::sleep(backoff);
+                        self.shared.turned(Instant::now());
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                    Err(e) => {
+                        let why = if e.is_transient() {
+                            format!(
+                                " (still failing after retrying for {:?})",
+                                self.topic_retry_limit
+                            )
+                        } else {
+                            String::new()
+                        };
+                        self.shared.control.fail(format!("{e}{why}"));
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// Calls the user's listener, if any; its error is fatal for the mirror.
@@ -227,16 +309,9 @@ impl ConsumerContext for RebalanceContext {
                     counted(list.len(), "partition"),
                     list.join(" ")
                 );
+                self.expect_committed(consumer, tpl);
                 if let Some(creator) = &self.topics {
-                    let mut topics: Vec<&str> =
-                        partitions.iter().map(|(t, _)| t.as_str()).collect();
-                    topics.sort_unstable();
-                    topics.dedup();
-                    for topic in topics {
-                        if let Err(e) = creator.ensure(topic) {
-                            self.shared.control.fail(e.to_string());
-                        }
-                    }
+                    self.make_target_topics(creator, &partitions);
                 }
                 if !partitions.is_empty() {
                     let id = member_id(consumer);

@@ -98,6 +98,9 @@ pub struct Recorded {
     pub commit_failures: Family<Vec<(String, String)>, Counter>,
     /// Commits failed since the last one that succeeded, over all streams.
     pub commit_failures_in_a_row: AtomicU64,
+    /// Source records never mirrored because the source no longer had them, by reason
+    /// (`retention`: deleted before they were read).
+    pub skipped: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for Recorded {
@@ -110,6 +113,7 @@ impl Default for Recorded {
             send_errors: Family::default(),
             commit_failures: Family::default(),
             commit_failures_in_a_row: AtomicU64::new(0),
+            skipped: Family::default(),
         }
     }
 }
@@ -119,6 +123,12 @@ impl Recorded {
         self.send_errors
             .get_or_create(&vec![("code".to_owned(), code)])
             .inc();
+    }
+
+    pub fn count_skipped(&self, reason: &str, records: u64) {
+        self.skipped
+            .get_or_create(&vec![("reason".to_owned(), reason.to_owned())])
+            .inc_by(records);
     }
 
     pub fn commit_succeeded(&self) {
@@ -221,6 +231,22 @@ pub struct StreamShared {
     /// committed (the shutdown commit, or a commit before a release): a release that finds
     /// the same commit point has nothing to commit.
     pub committed_sync: Mutex<std::collections::HashMap<(String, i32), i64>>,
+    /// `--create.topics`: the target topic of each source topic (`--target.topic`). One of
+    /// these found missing while running (deleted) is created again, and the source
+    /// partitions whose records it refused are mirrored again. (A handler's other output
+    /// topics are not made: a missing one stays a send failure.)
+    pub recreatable: std::sync::OnceLock<crate::settings::routing::TopicTemplate>,
+    /// The target topics found missing, with the source partition of each refused record;
+    /// the stream's loop creates them again and rewinds those partitions.
+    pub missing_targets: Mutex<Vec<MissingTarget>>,
+}
+
+/// A record refused because its target topic does not exist (any more).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingTarget {
+    pub target_topic: String,
+    pub source_topic: String,
+    pub partition: i32,
 }
 
 impl StreamShared {
@@ -243,6 +269,8 @@ impl StreamShared {
             lag: Default::default(),
             failed_with_records_behind: false.into(),
             committed_sync: Default::default(),
+            recreatable: std::sync::OnceLock::new(),
+            missing_targets: Mutex::default(),
         });
         shared.stats.streams.register(&shared);
         shared

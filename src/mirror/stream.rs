@@ -22,6 +22,7 @@ use super::rebalance::{MirrorConsumer, MirrorSource, RebalanceContext};
 use super::state::{Control, ShutdownGate, Stats, StreamShared};
 use super::target::TargetNames;
 use super::topics::TopicCreator;
+use crate::native::cached_low_watermark;
 use crate::native::produce::{produce, Outgoing, RawHeaders};
 use crate::native::queue::{Polled, Source};
 use crate::native::record::Record;
@@ -70,7 +71,11 @@ pub struct Stream<'s> {
     /// The source consumer and our poll of its queue.
     source: MirrorSource,
     subscribed: Vec<String>,
-    paused: bool,
+    /// Whether the assigned partitions are paused (backpressure); a `Cell` because a send
+    /// that waits for room in the producer queue pauses them too.
+    paused: std::cell::Cell<bool>,
+    /// When the consumer was last polled: `max.poll.interval.ms` runs from there.
+    last_consumer_poll: std::cell::Cell<Instant>,
     /// Only this stream's thread calls it; a `RefCell` because records borrow the consumer.
     handler: std::cell::RefCell<Option<Handler>>,
     /// How long a stream may wait for acknowledgements without polling the consumer.
@@ -130,12 +135,16 @@ impl<'s> Stream<'s> {
                 assignment_changed: false.into(),
                 listener,
                 topics,
+                topic_retry_limit: stall_limit(settings),
             })
             .map_err(|source| StreamError::Create {
                 stream: id,
                 client: "source consumer",
                 source,
             })?;
+        if settings.create_topics.is_some() {
+            let _ = shared.recreatable.set(settings.target_topic.clone());
+        }
         let source = Source::new(consumer).ok_or_else(|| StreamError::Create {
             stream: id,
             client: "source consumer queue (is group.id set?)",
@@ -148,7 +157,8 @@ impl<'s> Stream<'s> {
             producer,
             source,
             subscribed: Vec::new(),
-            paused: false,
+            paused: std::cell::Cell::new(false),
+            last_consumer_poll: std::cell::Cell::new(Instant::now()),
             handler: std::cell::RefCell::new(handler),
             stall_limit: stall_limit(settings),
             targets: TargetNames::new(settings.target_topic.clone()),
@@ -168,7 +178,10 @@ impl<'s> Stream<'s> {
         while !self.shared.control.stop_requested() {
             self.producer.poll(Duration::ZERO);
             self.make_room();
-            match self.source.poll(POLL_INTERVAL) {
+            self.recreate_missing_targets();
+            let polled = self.source.poll(POLL_INTERVAL);
+            self.last_consumer_poll.set(Instant::now());
+            match polled {
                 Polled::Nothing => {}
                 Polled::Record(record) => self.mirror(&record),
                 Polled::Error { error, reason } => clients::client_error(
@@ -269,7 +282,7 @@ impl<'s> Stream<'s> {
             .rebalance_context()
             .assignment_changed
             .swap(false, Ordering::SeqCst);
-        if self.paused {
+        if self.paused.get() {
             let (still_over, records, bytes) = self.over_limit(2);
             if !still_over {
                 self.set_paused(false, records, bytes);
@@ -277,7 +290,7 @@ impl<'s> Stream<'s> {
                 // Newly assigned partitions start unpaused.
                 self.set_paused(true, records, bytes);
             }
-            if self.paused {
+            if self.paused.get() {
                 self.producer.poll(Duration::from_millis(10));
             }
             return;
@@ -310,7 +323,100 @@ impl<'s> Stream<'s> {
         }
     }
 
-    fn set_paused(&mut self, pause: bool, records: usize, bytes: usize) {
+    /// Target topics found missing while running (`--create.topics`): with consumption
+    /// paused, once nothing is in flight any more (records still queued for an affected
+    /// partition must land or fail before it is rewound, or they would land after their
+    /// re-sent predecessors), create them again (transient errors retried, permanent ones
+    /// fatal, as on assignment), then rewind each affected source partition to its oldest
+    /// record not acknowledged: everything from there is mirrored again, in order
+    /// (duplicates of what had landed after it, no loss).
+    fn recreate_missing_targets(&self) {
+        let pending = !self
+            .shared
+            .missing_targets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty();
+        if !pending {
+            return;
+        }
+        let Some(creator) = self.rebalance_context().topics.clone() else {
+            return;
+        };
+        let (_, records, bytes) = self.over_limit(1);
+        self.set_paused(true, records, bytes);
+        if self.producer.in_flight_count() > 0 {
+            // Short: the consumer keeps being polled between tries.
+            let _ = self.producer.flush(Duration::from_millis(200));
+            if self.producer.in_flight_count() > 0 {
+                return;
+            }
+        }
+        let missing = std::mem::take(
+            &mut *self
+                .shared
+                .missing_targets
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let mut partitions: Vec<(String, i32)> = Vec::new();
+        for m in &missing {
+            creator.forget(&m.target_topic);
+            let p = (m.source_topic.clone(), m.partition);
+            if !partitions.contains(&p) {
+                partitions.push(p);
+            }
+        }
+        self.rebalance_context()
+            .make_target_topics(&creator, &partitions);
+        if self.shared.control.stop_requested() {
+            return;
+        }
+        for m in &missing {
+            if let Ok(name) = std::ffi::CString::new(m.target_topic.as_str()) {
+                self.last_target_refresh.set(None);
+                self.refresh_target_metadata(&name);
+            }
+        }
+        let assignment = self.source.consumer().assignment().unwrap_or_default();
+        for (topic, partition) in partitions {
+            let mut tracker = self.shared.tracker();
+            let point = tracker.rewind_point(&topic, partition);
+            tracker.release(&topic, partition);
+            drop(tracker);
+            let assigned = assignment
+                .elements()
+                .iter()
+                .any(|e| e.topic() == topic && e.partition() == partition);
+            let (Some(offset), true) = (point, assigned) else {
+                // Released since (its next owner starts from the commit point, which stayed
+                // below the refused record), or nothing tracked.
+                continue;
+            };
+            match self.source.consumer().seek(
+                &topic,
+                partition,
+                rdkafka::Offset::Offset(offset),
+                Duration::ZERO,
+            ) {
+                Ok(()) => tracing::info!(
+                    stream = self.stream,
+                    "mirroring {topic}/{partition} again from offset {offset}, its target topic \
+                     made again"
+                ),
+                // Its records after the refused one were consumed already: stopping keeps
+                // the commit point below it.
+                Err(e) => self.shared.control.fail(format!(
+                    "stream {}: cannot rewind {topic}/{partition} to offset {offset} after \
+                     making its target topic again: {e}; stopping, the committed offset stays \
+                     before it",
+                    self.stream
+                )),
+            }
+        }
+    }
+
+    fn set_paused(&self, pause: bool, records: usize, bytes: usize) {
         let assignment = match self.source.consumer().assignment() {
             Ok(a) => a,
             Err(e) => {
@@ -325,7 +431,7 @@ impl<'s> Stream<'s> {
         };
         match result {
             Ok(()) => {
-                if pause != self.paused {
+                if pause != self.paused.get() {
                     tracing::debug!(
                         stream = self.stream,
                         records,
@@ -334,7 +440,7 @@ impl<'s> Stream<'s> {
                         if pause { "pausing" } else { "resuming" }
                     );
                 }
-                self.paused = pause;
+                self.paused.set(pause);
             }
             Err(e) => tracing::warn!(
                 stream = self.stream,
@@ -366,7 +472,7 @@ impl<'s> Stream<'s> {
             Route::AsItIs => 1,
             Route::Handled(outputs) => outputs.len(),
         };
-        let ticket = self.shared.tracker().begin(
+        let (ticket, gap_from) = self.shared.tracker().begin_after(
             record.topic(),
             record.partition(),
             record.offset(),
@@ -374,27 +480,32 @@ impl<'s> Stream<'s> {
             bytes,
             u32::try_from(outputs).unwrap_or(u32::MAX),
         );
+        if let Some(expected) = gap_from {
+            self.skipped_before(record, expected);
+        }
         match route {
             // Acknowledged at once: the commit point may pass it.
             Route::Skip => {}
-            Route::AsItIs => self.send(
-                record.topic(),
-                Outgoing {
-                    partition: self.same_partition(record),
-                    key: record.key(),
-                    value: record.payload(),
-                    timestamp: record.timestamp(),
-                    headers: self.stamped(record.copy_headers()),
-                    opaque: ticket.to_opaque(),
-                },
-            ),
+            Route::AsItIs => {
+                self.send(
+                    record.topic(),
+                    Outgoing {
+                        partition: self.same_partition(record),
+                        key: record.key(),
+                        value: record.payload(),
+                        timestamp: record.timestamp(),
+                        headers: self.stamped(record.copy_headers()),
+                        opaque: ticket.to_opaque(),
+                    },
+                );
+            }
             Route::Handled(outputs) => {
                 for out in outputs {
                     let mut headers = RawHeaders::none();
                     for (key, value) in &out.headers {
                         headers.add(key, value.as_deref());
                     }
-                    self.send(
+                    let sent = self.send(
                         &out.topic,
                         Outgoing {
                             partition: out.partition.or(self.same_partition(record)),
@@ -405,9 +516,41 @@ impl<'s> Stream<'s> {
                             opaque: ticket.to_opaque(),
                         },
                     );
+                    if !sent {
+                        // Stopping, or the record's partition was released meanwhile.
+                        break;
+                    }
                 }
             }
         }
+    }
+
+    /// `record` came after a gap from `expected`. Gaps above the partition's low watermark are
+    /// normal (compaction, transaction markers); records below it were deleted by the
+    /// source's retention before they were read (librdkafka reset the position to the
+    /// earliest offset and only logged it): say which, and count them.
+    fn skipped_before(&self, record: &Record<'_>, expected: i64) {
+        let (topic, partition) = (record.topic(), record.partition());
+        let Some(low) = cached_low_watermark(self.source.consumer(), topic, partition) else {
+            return;
+        };
+        let end = low.min(record.offset());
+        if end <= expected {
+            return;
+        }
+        let skipped = end - expected;
+        self.shared
+            .stats
+            .recorded
+            .count_skipped("retention", skipped as u64);
+        tracing::warn!(
+            stream = self.stream,
+            "source records {topic}/{partition} offsets {expected} to {} ({skipped} records) \
+             were deleted by the source's retention before they were mirrored; they are not on \
+             the target. Mirroring goes on from offset {}",
+            end - 1,
+            record.offset()
+        );
     }
 
     /// Where a record goes: nowhere (it came from the target, or the handler filtered it
@@ -466,23 +609,27 @@ impl<'s> Stream<'s> {
     }
 
     /// Hands a record for the target topic of `topic` to the producer. A full queue (rare:
-    /// consumption pauses before it fills) is waited out while serving delivery reports; any
-    /// other refusal is a send failure.
-    fn send(&self, topic: &str, mut out: Outgoing<'_>) {
+    /// consumption pauses before it fills, but a handler that enlarges records or fans out
+    /// can fill it first) is waited out while serving delivery reports, feeding the watchdog
+    /// and, once the wait endangers the group membership, with the assigned partitions paused
+    /// and the consumer polled. Any other refusal is a send failure. Returns whether the
+    /// record's other outputs, if any, should still be sent: not when stopping, nor when its
+    /// partition was released during the wait (its next owner mirrors it again).
+    fn send(&self, topic: &str, mut out: Outgoing<'_>) -> bool {
         let ticket = Ticket::from_opaque(out.opaque);
         let Some(target) = self.targets.of(topic) else {
             let error = KafkaError::MessageProduction(RDKafkaErrorCode::InvalidTopic);
             self.shared
                 .send_failed(ticket, topic, out.partition, &error);
-            return;
+            return true;
         };
-        let mut waited = false;
+        let mut waiting_since: Option<Instant> = None;
         let mut refreshed = false;
         loop {
             match produce(&self.producer, &target, &mut out) {
                 Ok(()) => {
                     Stats::add(&self.shared.stats.produced, 1);
-                    return;
+                    return true;
                 }
                 Err(RDKafkaErrorCode::UnknownPartition) if !refreshed => {
                     // The producer's view of the target topic may predate partitions added
@@ -492,14 +639,49 @@ impl<'s> Stream<'s> {
                     self.refresh_target_metadata(&target);
                 }
                 Err(RDKafkaErrorCode::QueueFull) => {
-                    if !waited {
+                    let now = Instant::now();
+                    if waiting_since.is_none() {
                         tracing::debug!(stream = self.stream, "producer queue full; waiting");
-                        waited = true;
+                        waiting_since = Some(now);
                     }
-                    self.producer.poll(Duration::from_millis(10));
+                    if self.producer.in_flight_count() == 0 {
+                        // Nothing queued that could make room: this record alone is larger
+                        // than the queue's byte limit, and would wait for ever.
+                        let name = target.to_str().unwrap_or(topic);
+                        let bytes = out.value.map_or(0, <[u8]>::len);
+                        let limit = self
+                            .settings
+                            .producer
+                            .get("queue.buffering.max.kbytes")
+                            .unwrap_or("?");
+                        self.shared.send_failed_because(
+                            ticket,
+                            name,
+                            "QueueFull",
+                            &format!(
+                                "the record's value ({bytes} bytes) is larger than the producer \
+                                 queue (queue.buffering.max.kbytes = {limit}), so it can never be \
+                                 queued; raise queue.buffering.max.kbytes in the producer config"
+                            ),
+                        );
+                        return !self.shared.control.stop_requested();
+                    }
+                    self.shared.turned(now);
+                    if now.duration_since(self.last_consumer_poll.get()) >= self.stall_limit
+                        || self.paused.get()
+                    {
+                        self.poll_consumer_while_full();
+                    } else {
+                        self.producer.poll(Duration::from_millis(10));
+                    }
                     if self.shared.control.stop_requested() {
                         // Left unacknowledged: the commit point stays before it.
-                        return;
+                        return false;
+                    }
+                    if !self.shared.tracker().is_tracked(ticket) {
+                        // Released in a rebalance during the wait: the commit point stayed
+                        // before it, and its partition's next owner mirrors it.
+                        return false;
                     }
                 }
                 Err(code) => {
@@ -510,9 +692,65 @@ impl<'s> Stream<'s> {
                         out.partition,
                         &KafkaError::MessageProduction(code),
                     );
-                    return;
+                    return true;
                 }
             }
+        }
+    }
+
+    /// One turn of a wait for room in the producer queue that has lasted long enough to
+    /// endanger the group membership: the assigned partitions are paused (librdkafka drops
+    /// what it prefetched for them and fetches again from the record after the last one
+    /// consumed when they resume), and the consumer is polled, which keeps the membership
+    /// and serves rebalances. A record it still returns (a partition assigned meanwhile) is
+    /// not mirrored now: its partition is paused and rewound to it, so it comes again, in
+    /// order, after the pause.
+    fn poll_consumer_while_full(&self) {
+        let context = self.rebalance_context();
+        if !self.paused.get() || context.assignment_changed.load(Ordering::SeqCst) {
+            let (_, records, bytes) = self.over_limit(1);
+            if !self.paused.get() {
+                tracing::info!(
+                    stream = self.stream,
+                    "the producer queue has been full for a while (the target is slow or down); \
+                     pausing consumption and polling the consumer to stay in the group"
+                );
+            }
+            self.set_paused(true, records, bytes);
+        }
+        self.producer.poll(Duration::ZERO);
+        let polled = self.source.poll(Duration::from_millis(10));
+        self.last_consumer_poll.set(Instant::now());
+        match polled {
+            Polled::Nothing => {}
+            Polled::Record(record) => {
+                let (_, records, bytes) = self.over_limit(1);
+                self.set_paused(true, records, bytes);
+                let rewound = self.source.consumer().seek(
+                    record.topic(),
+                    record.partition(),
+                    rdkafka::Offset::Offset(record.offset()),
+                    Duration::ZERO,
+                );
+                if let Err(e) = rewound {
+                    // Not registered: the commit point stays before it.
+                    self.shared.control.fail(format!(
+                        "stream {}: cannot rewind {}/{} to offset {} while the producer queue \
+                         is full: {e}; stopping, the committed offset stays before it",
+                        self.stream,
+                        record.topic(),
+                        record.partition(),
+                        record.offset()
+                    ));
+                }
+            }
+            Polled::Error { error, reason } => clients::client_error(
+                &self.shared.control,
+                Cluster::Source,
+                self.stream,
+                &error,
+                &reason,
+            ),
         }
     }
 

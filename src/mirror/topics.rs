@@ -3,8 +3,11 @@
 //! replication factor capped at the target's brokers, and the topic configs that matter; a
 //! target topic with fewer partitions than the source gets the missing ones.
 //!
-//! Called from the rebalance callback (the stream's thread), before fetching starts. Several
-//! streams may ask at once; one lock makes them take turns and a cache answers repeats.
+//! Called from the rebalance callback (the stream's thread), before fetching starts. A cache
+//! of the partitions each target topic is known to have answers repeats without a request
+//! (its lock is held only to read and update it; two streams making the same topic at once
+//! is harmless: the second finds it exists). Errors say whether they are transient (a time-out,
+//! brokers down: the caller retries) or permanent (authorization, policy: fatal).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -29,6 +32,7 @@ pub enum TopicError {
         partitions: usize,
         replication: i32,
         reason: String,
+        transient: bool,
     },
     #[error("target topic {topic} has {} and source topic {source_topic} has {want}; adding partitions was refused: {reason}. Add them yourself, or use --partitioning hash", counted(.have, "partition"))]
     GrowRefused {
@@ -37,13 +41,58 @@ pub enum TopicError {
         have: usize,
         want: usize,
         reason: String,
+        transient: bool,
     },
     #[error("cannot read the metadata of topic {topic} on the {cluster} cluster: {reason}")]
     Metadata {
         cluster: &'static str,
         topic: String,
         reason: String,
+        transient: bool,
     },
+}
+
+impl TopicError {
+    /// Whether trying again later may succeed (a time-out, a broker down or moving, a
+    /// controller changing); the others (authorization, policy, invalid settings) will not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            TopicError::CreateRefused { transient, .. }
+            | TopicError::GrowRefused { transient, .. }
+            | TopicError::Metadata { transient, .. } => *transient,
+        }
+    }
+}
+
+/// Whether an error code from an admin or metadata request is worth retrying.
+pub fn transient_code(code: Option<RDKafkaErrorCode>) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        Some(
+            C::OperationTimedOut
+                | C::RequestTimedOut
+                | C::AllBrokersDown
+                | C::BrokerTransportFailure
+                | C::Resolve
+                | C::BrokerNotAvailable
+                | C::LeaderNotAvailable
+                | C::NotLeaderForPartition
+                | C::NotController
+                | C::NotCoordinator
+                | C::CoordinatorNotAvailable
+                | C::CoordinatorLoadInProgress
+                | C::NetworkException
+                | C::ReplicaNotAvailable
+                | C::NotEnoughReplicas
+                | C::NotEnoughReplicasAfterAppend
+                | C::KafkaStorageError
+                | C::UnknownTopicOrPartition
+                | C::ThrottlingQuotaExceeded
+                | C::WaitingForCoordinator
+                | C::NoEnt
+        )
+    )
 }
 
 /// Creates target topics and partitions as the source has them.
@@ -135,20 +184,26 @@ impl TopicCreator {
                 cluster,
                 topic: topic.to_owned(),
                 reason: e.to_string(),
+                transient: transient_code(e.rdkafka_error_code()),
             })
     }
 
     /// Makes sure the target topic of `source_topic` exists and has at least as many
-    /// partitions as the source. Returns the target topic's name.
-    pub fn ensure(&self, source_topic: &str) -> Result<String, TopicError> {
+    /// partitions as the source, and at least `assigned` (one more than the highest source
+    /// partition number assigned). Returns the target topic's name. The cache is consulted
+    /// first: a target topic known to have the assigned partitions costs no request.
+    pub fn ensure(&self, source_topic: &str, assigned: usize) -> Result<String, TopicError> {
         let target_topic = self.template.render(source_topic);
-        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if self.known_partitions(&target_topic) >= assigned.max(1) {
+            return Ok(target_topic);
+        }
         let source = self.metadata("source", source_topic)?;
         let Some((want, source_replication)) = partitions_of(&source, source_topic) else {
             // Gone from the source: nothing to create; the stream handles the topic's error.
             return Ok(target_topic);
         };
-        if known.get(&target_topic).is_some_and(|have| *have >= want) {
+        let want = want.max(assigned);
+        if self.known_partitions(&target_topic) >= want {
             return Ok(target_topic);
         }
         let target = self.metadata("target", &target_topic)?;
@@ -164,8 +219,29 @@ impl TopicCreator {
         if have < want {
             self.grow(source_topic, &target_topic, have, want)?;
         }
-        known.insert(target_topic.clone(), want.max(have));
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(target_topic.clone(), want.max(have));
         Ok(target_topic)
+    }
+
+    fn known_partitions(&self, target_topic: &str) -> usize {
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(target_topic)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Forgets what is known of `target_topic` (it was found missing): the next
+    /// [`ensure`](Self::ensure) asks the clusters again and creates it.
+    pub fn forget(&self, target_topic: &str) {
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(target_topic);
     }
 
     /// The topic configs to copy: the source topic's effective values of the listed keys
@@ -218,22 +294,23 @@ impl TopicCreator {
             new_topic = new_topic.set(k, v);
         }
         let opts = self.options();
-        let refused = |reason: String| TopicError::CreateRefused {
+        let refused = |reason: String, code: Option<RDKafkaErrorCode>| TopicError::CreateRefused {
             topic: target_topic.to_owned(),
             partitions,
             replication,
             reason,
+            transient: transient_code(code),
         };
         let results = self
             .runtime
             .block_on(self.target.create_topics([&new_topic], &opts))
-            .map_err(|e| refused(e.to_string()))?;
+            .map_err(|e| refused(e.to_string(), e.rdkafka_error_code()))?;
         for result in results {
             match result {
                 Ok(_) => {}
                 // Another instance of the group created it first.
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => return Ok(()),
-                Err((_, code)) => return Err(refused(code.to_string())),
+                Err((_, code)) => return Err(refused(code.to_string(), Some(code))),
             }
         }
         let shown: Vec<String> = configs.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -255,19 +332,20 @@ impl TopicCreator {
     ) -> Result<(), TopicError> {
         let opts = self.options();
         let request = NewPartitions::new(target_topic, want);
-        let refused = |reason: String| TopicError::GrowRefused {
+        let refused = |reason: String, code: Option<RDKafkaErrorCode>| TopicError::GrowRefused {
             topic: target_topic.to_owned(),
             source_topic: source_topic.to_owned(),
             have,
             want,
             reason,
+            transient: transient_code(code),
         };
         let outcome = self
             .runtime
             .block_on(self.target.create_partitions([&request], &opts))
-            .map_err(|e| refused(e.to_string()))
+            .map_err(|e| refused(e.to_string(), e.rdkafka_error_code()))
             .and_then(|results| match results.into_iter().next() {
-                Some(Err((_, code))) => Err(refused(code.to_string())),
+                Some(Err((_, code))) => Err(refused(code.to_string(), Some(code))),
                 _ => Ok(()),
             });
         match outcome {
@@ -279,11 +357,39 @@ impl TopicCreator {
                 Ok(())
             }
             // With hash partitioning every record still has somewhere to go.
-            Err(e) if !self.preserve => {
+            Err(e) if !self.preserve && !e.is_transient() => {
                 tracing::warn!("{e}");
                 Ok(())
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_outs_and_brokers_down_are_transient_refusals_are_not() {
+        for code in [
+            RDKafkaErrorCode::OperationTimedOut,
+            RDKafkaErrorCode::BrokerTransportFailure,
+            RDKafkaErrorCode::AllBrokersDown,
+            RDKafkaErrorCode::NotController,
+            RDKafkaErrorCode::LeaderNotAvailable,
+        ] {
+            assert!(transient_code(Some(code)), "{code:?}");
+        }
+        for code in [
+            RDKafkaErrorCode::TopicAuthorizationFailed,
+            RDKafkaErrorCode::ClusterAuthorizationFailed,
+            RDKafkaErrorCode::PolicyViolation,
+            RDKafkaErrorCode::InvalidReplicationFactor,
+            RDKafkaErrorCode::InvalidConfig,
+        ] {
+            assert!(!transient_code(Some(code)), "{code:?}");
+        }
+        assert!(!transient_code(None));
     }
 }

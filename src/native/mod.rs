@@ -101,3 +101,27 @@ pub fn member_id<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> String {
         owned
     }
 }
+
+/// The low watermark (log start offset) of `topic`/`partition` as `consumer` last saw it in a
+/// fetch response: librdkafka's cache, no request. `None` if it has none yet.
+pub fn cached_low_watermark<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1_i64, -1_i64);
+    // SAFETY: the client pointer is valid while `consumer` lives; `topic` is a NUL-terminated
+    // string for the call; librdkafka writes the two offsets through the pointers to our
+    // locals and keeps neither pointer.
+    let err = unsafe {
+        rdsys::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && low >= 0).then_some(low)
+}

@@ -242,6 +242,12 @@ pub fn registry(stats: &Arc<Stats>) -> Registry {
         t.send_errors.clone(),
     );
     registry.register(
+        "mirror_records_skipped",
+        "Source records never mirrored because the source no longer had them (reason \
+         retention: deleted before they were read, an offset reset)",
+        t.skipped.clone(),
+    );
+    registry.register(
         "mirror_commit_failures",
         "Offset commits the source cluster refused, by error code",
         t.commit_failures.clone(),

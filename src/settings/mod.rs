@@ -90,6 +90,14 @@ pub struct Settings {
 /// bounded per stream, large enough to keep batches full.
 const DEFAULT_QUEUE_MESSAGES: usize = 100_000;
 const DEFAULT_QUEUE_KBYTES: usize = 64 * 1024;
+/// The producer's `message.max.bytes` unless the user chose: librdkafka's maximum. It is the
+/// client-side limit on one record (and on a batch, with `batch.size`, whichever is smaller).
+/// librdkafka's default (1,000,000) is below Kafka's default topic `max.message.bytes`
+/// (1,048,588), and a target topic made by `--create.topics` copies the source topic's limit,
+/// which may be larger still: a record the target would take must not be refused before it
+/// is sent. The bound on a record is then the target topic's `max.message.bytes`, enforced by
+/// its brokers (a send failure that names it). Batches stay bounded by `batch.size`.
+pub const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_000_000_000;
 
 impl Settings {
     /// Asks both clients for statistics every `interval` (lag and target reachability for
@@ -190,6 +198,7 @@ impl Settings {
             "queue.buffering.max.kbytes",
             &DEFAULT_QUEUE_KBYTES.to_string(),
         );
+        producer.set_default("message.max.bytes", &DEFAULT_MESSAGE_MAX_BYTES.to_string());
         producer.apply_producer_rules(opts.no_data_loss)?;
         if opts.abort_on_send_failure && producer.get("enable.idempotence") == Some("true") {
             // A record the target refuses for good stops the mirror; without this, librdkafka
@@ -245,6 +254,24 @@ pub struct SettingsOptions {
     pub shutdown_timeout: Duration,
     pub topic_refresh_interval: Duration,
     pub startup_timeout: Duration,
+}
+
+/// What bounds the size of a mirrored record, in words for `check` and the logs.
+pub fn record_size_bound(producer: &ClientProps) -> String {
+    match producer.get("message.max.bytes").map(str::trim) {
+        Some(v) if v != DEFAULT_MESSAGE_MAX_BYTES.to_string() => format!(
+            "record size: bounded by the producer's message.max.bytes = {v} ({}): a larger \
+             record is refused before it is sent, even where the target topic's \
+             max.message.bytes would take it; the target topic's max.message.bytes bounds too",
+            producer.path.display()
+        ),
+        _ => format!(
+            "record size: bounded by each target topic's max.message.bytes (enforced by the \
+             target's brokers; --create.topics copies the source topic's value); the producer's \
+             message.max.bytes is librdkafka's maximum, {DEFAULT_MESSAGE_MAX_BYTES}, so it never \
+             refuses a record first"
+        ),
+    }
 }
 
 impl Default for SettingsOptions {
@@ -309,5 +336,46 @@ fn parse_or(props: &ClientProps, key: &str, default: usize) -> Result<usize, Set
                 props.path.display()
             ))
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(producer_extra: &[(&str, &str)]) -> Settings {
+        let consumer = ClientProps::from_pairs(
+            Role::Consumer,
+            "c.toml",
+            [("bootstrap.servers", "x:1"), ("group.id", "g")],
+        );
+        let mut pairs = vec![("bootstrap.servers", "y:1")];
+        pairs.extend_from_slice(producer_extra);
+        let producer = ClientProps::from_pairs(Role::Producer, "p.toml", pairs);
+        Settings::new(
+            consumer,
+            producer,
+            TopicFilter::new("t").unwrap(),
+            SettingsOptions::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_target_topic_not_the_producer_bounds_a_record_unless_the_user_chose() {
+        let s = settings(&[]);
+        assert_eq!(s.producer.get("message.max.bytes"), Some("1000000000"));
+        let bound = record_size_bound(&s.producer);
+        assert!(
+            bound.contains("each target topic's max.message.bytes"),
+            "{bound}"
+        );
+        let s = settings(&[("message.max.bytes", "3000")]);
+        assert_eq!(s.producer.get("message.max.bytes"), Some("3000"));
+        let bound = record_size_bound(&s.producer);
+        assert!(
+            bound.contains("producer's message.max.bytes = 3000 (p.toml)"),
+            "{bound}"
+        );
     }
 }

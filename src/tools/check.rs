@@ -79,6 +79,9 @@ pub fn check(settings: &Settings) -> CheckReport {
         return report;
     };
     let target = partitions_by_topic(&target);
+    report
+        .lines
+        .push(crate::settings::record_size_bound(&settings.producer));
     let matching = settings.topics.select(&source);
     if matching.is_empty() {
         report.lines.push(format!(
