@@ -2,44 +2,75 @@
 //! mirror and by `check`), and the source's matching topics (at start-up and on every
 //! refresh).
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::message::DeliveryResult;
 use rdkafka::metadata::Metadata;
-use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 
-use super::clients::Cluster;
+use super::clients::{self, Cluster};
 use crate::settings::client::ClientProps;
 use crate::settings::routing::TopicFilter;
 use crate::settings::Settings;
 
-/// A cluster that did not answer within `--startup.timeout.ms`.
+/// A cluster that did not answer within `--startup.timeout.ms`, or refused the mirror's
+/// credentials.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot reach the {} cluster (bootstrap.servers = {servers}) within {timeout:?}: {reason}. Check the address in {config} and that the brokers are up", cluster.name())]
-pub struct Unreachable {
-    pub cluster: Cluster,
-    pub servers: String,
-    pub config: String,
-    pub timeout: Duration,
-    /// librdkafka's reason, secrets redacted.
-    pub reason: String,
+pub enum Unreachable {
+    #[error("cannot reach the {} cluster (bootstrap.servers = {servers}) within {timeout:?}: {reason}. Check the address in {config} and that the brokers are up", cluster.name())]
+    Silent {
+        cluster: Cluster,
+        servers: String,
+        config: String,
+        timeout: Duration,
+        /// librdkafka's reason, secrets redacted.
+        reason: String,
+    },
+    /// A broker answered but the connection failed its security handshake: SASL
+    /// authentication or TLS. Retrying does not help, so it is reported at once.
+    #[error("the {} cluster (bootstrap.servers = {servers}) refused the connection: {reason}. Check the security settings (security.protocol, sasl.*, ssl.*) in {config}", cluster.name())]
+    Refused {
+        cluster: Cluster,
+        servers: String,
+        config: String,
+        /// What failed and librdkafka's reason, secrets redacted.
+        reason: String,
+    },
 }
 
 impl Unreachable {
-    fn new(settings: &Settings, cluster: Cluster, reason: String) -> Unreachable {
+    fn silent(settings: &Settings, cluster: Cluster, reason: &str) -> Unreachable {
         let props = props_of(settings, cluster);
-        Unreachable {
+        Unreachable::Silent {
             cluster,
-            servers: props
-                .get("bootstrap.servers")
-                .unwrap_or_default()
-                .to_owned(),
+            servers: servers(props),
             config: props.path.display().to_string(),
             timeout: settings.startup_timeout,
-            reason: props.redact(&reason),
+            reason: props.redact(reason),
         }
     }
+
+    fn refused(settings: &Settings, cluster: Cluster, reason: &str) -> Unreachable {
+        let props = props_of(settings, cluster);
+        Unreachable::Refused {
+            cluster,
+            servers: servers(props),
+            config: props.path.display().to_string(),
+            reason: props.redact(reason),
+        }
+    }
+}
+
+fn servers(props: &ClientProps) -> String {
+    props
+        .get("bootstrap.servers")
+        .unwrap_or_default()
+        .to_owned()
 }
 
 fn props_of(settings: &Settings, cluster: Cluster) -> &ClientProps {
@@ -49,20 +80,96 @@ fn props_of(settings: &Settings, cluster: Cluster) -> &ClientProps {
     }
 }
 
-/// The metadata of every topic of `cluster`, waiting at most `--startup.timeout.ms`. The
-/// client is made from the connection settings only: it never joins the group.
+/// The probe client's context: keeps the first security handshake failure librdkafka reports
+/// (an error event with its reason), and passes librdkafka's log lines on at debug level (the
+/// probe's outcome is the one line that matters).
+struct ProbeContext {
+    cluster: Cluster,
+    refusal: Mutex<Option<String>>,
+}
+
+/// Whether an error a client reports means the cluster refused the connection's security
+/// handshake (a wrong password, an untrusted or missing certificate): retrying does not help.
+pub fn is_refusal(code: Option<RDKafkaErrorCode>) -> bool {
+    matches!(
+        code,
+        Some(
+            RDKafkaErrorCode::Authentication
+                | RDKafkaErrorCode::SaslAuthenticationFailed
+                | RDKafkaErrorCode::SSL
+        )
+    )
+}
+
+/// How a refusal reads: what failed, then librdkafka's reason.
+pub fn describe_refusal(code: Option<RDKafkaErrorCode>, reason: &str) -> String {
+    let what = match code {
+        Some(RDKafkaErrorCode::SSL) => "TLS handshake failed",
+        _ => "authentication failed",
+    };
+    format!("{what}: {reason}")
+}
+
+impl ClientContext for ProbeContext {
+    fn log(&self, _level: RDKafkaLogLevel, facility: &str, message: &str) {
+        clients::librdkafka_log(self.cluster, RDKafkaLogLevel::Debug, facility, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        let code = error.rdkafka_error_code();
+        if is_refusal(code) {
+            let mut refusal = self.refusal.lock().unwrap_or_else(|e| e.into_inner());
+            refusal.get_or_insert_with(|| describe_refusal(code, reason));
+        } else {
+            tracing::debug!(cluster = self.cluster.name(), "probe: {reason}");
+        }
+    }
+}
+
+impl ProducerContext for ProbeContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
+}
+
+/// The metadata of every topic of `cluster`, waiting at most `--startup.timeout.ms`; a
+/// security handshake failure ends the wait at once. The client is made from the connection
+/// settings only: it never joins the group.
 pub fn probe(settings: &Settings, cluster: Cluster) -> Result<Metadata, Unreachable> {
     let config = props_of(settings, cluster).connection_config();
-    let timeout = settings.startup_timeout;
-    let metadata = match cluster {
-        Cluster::Source => config
-            .create::<BaseConsumer>()
-            .and_then(|c| c.fetch_metadata(None, timeout)),
-        Cluster::Target => config
-            .create::<BaseProducer>()
-            .and_then(|p| p.client().fetch_metadata(None, timeout)),
+    let context = ProbeContext {
+        cluster,
+        refusal: Mutex::new(None),
     };
-    metadata.map_err(|e| Unreachable::new(settings, cluster, e.to_string()))
+    let client: BaseProducer<ProbeContext> = config
+        .create_with_context(context)
+        .map_err(|e| Unreachable::silent(settings, cluster, &e.to_string()))?;
+    let deadline = Instant::now() + settings.startup_timeout;
+    // Short waits first, so that a refusal (reported by an error event, served by `poll`
+    // between the waits) ends the probe early; then longer ones, for clusters whose metadata
+    // takes a while to answer (the connection made by the first wait is kept).
+    let mut wait = Duration::from_millis(250);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let result = client.client().fetch_metadata(None, wait.min(left));
+        client.poll(Duration::ZERO);
+        let refusal = client
+            .context()
+            .refusal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        match (result, refusal) {
+            (Ok(metadata), _) => return Ok(metadata),
+            (Err(_), Some(refusal)) => {
+                return Err(Unreachable::refused(settings, cluster, &refusal))
+            }
+            (Err(e), None) if Instant::now() >= deadline => {
+                return Err(Unreachable::silent(settings, cluster, &e.to_string()))
+            }
+            (Err(_), None) => wait = (wait * 2).min(Duration::from_secs(4)),
+        }
+    }
 }
 
 /// The source's topics that `topics` selects, sorted.
