@@ -255,3 +255,118 @@ fn sasl_scram_source_and_mutual_tls_target() {
         started.elapsed().as_secs_f64()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Trial 10: authorization on the target.
+
+/// The target runs Kafka's `StandardAuthorizer`; the mirror's principal (`User:mirror`, from
+/// its client certificate) may describe the existing target topic and write another one, but
+/// may not WRITE this one. `check` reports the missing permission before anything is consumed,
+/// and a mirror in abort mode stops with exit 1 and one line naming the topic and the
+/// operation.
+#[test]
+fn a_target_topic_the_mirror_may_not_write() {
+    const RECORDS: u64 = 200;
+    let started = Instant::now();
+    let pki = TestPki::generate();
+    let (source, target) = std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            KafkaCluster::start_secured(
+                KAFKA_4,
+                1,
+                &[("auto.create.topics.enable", "false")],
+                &KafkaSecurity {
+                    listener: SecureListener::MutualTls,
+                    pki: &pki,
+                    authorizer: true,
+                },
+            )
+        });
+        let source = KafkaCluster::start(KAFKA_4, 1);
+        (source, t.join().expect("starting the target cluster"))
+    });
+    source.create_topic(TOPIC, PARTITIONS, 1, &[]);
+    target.create_topic(TOPIC, PARTITIONS, 1, &[]);
+    target.create_topic("other", 1, 1, &[]);
+    let principal = format!("User:{CLIENT_CN}");
+    // WRITE on some topic implies IDEMPOTENT_WRITE on the cluster (KIP-679): the idempotent
+    // producer gets its id, and only the topic's WRITE is missing.
+    target.acls(&[
+        "--add",
+        "--allow-principal",
+        &principal,
+        "--operation",
+        "Describe",
+        "--operation",
+        "DescribeConfigs",
+        "--topic",
+        TOPIC,
+    ]);
+    target.acls(&[
+        "--add",
+        "--allow-principal",
+        &principal,
+        "--operation",
+        "Write",
+        "--operation",
+        "Describe",
+        "--topic",
+        "other",
+    ]);
+    write_samples(&source.bootstrap(), TOPIC, 0..RECORDS, PARTITIONS, 100).expect("writing");
+    let producer = tls_producer(&pki);
+    let producer = pairs(&producer);
+    let dir = tempdir();
+    let mut consumer = vec![("group.id", GROUP)];
+    consumer.extend_from_slice(FAST_GROUP);
+    let c = write_config(dir.path(), "consumer.toml", &source.bootstrap(), &consumer);
+    let p = write_config(
+        dir.path(),
+        "producer.toml",
+        &target.secure_bootstrap(),
+        &producer,
+    );
+
+    let (code, out, checked_in) = check(&c, &p, &[]);
+    eprintln!("check:\n{out}");
+    let committed_after_check = committed(&source.bootstrap(), TOPIC, PARTITIONS);
+    assert_eq!(committed_after_check, vec![-1; PARTITIONS as usize]);
+
+    let abort = ["--abort.on.send.failure", "true"];
+    let mirror_started = Instant::now();
+    let mut mirror = Mirror::start(&c, &p, TOPIC, &abort);
+    let status = mirror.wait(Duration::from_secs(60));
+    let stopped_in = mirror_started.elapsed();
+    let log = mirror.log();
+    let last = log.lines().last().unwrap_or_default().to_owned();
+    eprintln!("mirror log:\n{log}");
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    assert!(
+        last.contains(&format!("target topic {TOPIC}")) && last.contains("WRITE"),
+        "the last line names neither the topic nor the missing operation: {last}"
+    );
+    let target_end = end_offsets(&target.bootstrap(), TOPIC, PARTITIONS);
+    assert_eq!(
+        target_end,
+        vec![0; PARTITIONS as usize],
+        "nothing reached the target"
+    );
+    let problem = out
+        .lines()
+        .find(|l| l.starts_with("problem:"))
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(code, 1, "check:\n{out}");
+    assert!(
+        problem.contains(TOPIC) && problem.contains("WRITE"),
+        "check:\n{out}"
+    );
+    eprintln!(
+        "TRIAL authorization kafka 4.4.0: target topic without WRITE for {principal}: check \
+         (exit {code}, {:.1} s, nothing consumed) says: {problem}; the mirror (abort mode) \
+         exits 1 after {:.1} s with: {last}; {:.0} s in all",
+        checked_in.as_secs_f64(),
+        stopped_in.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+}
