@@ -244,14 +244,39 @@ fn sasl_scram_source_and_mutual_tls_target() {
         problem.contains("source cluster") && problem.to_lowercase().contains("authentication"),
         "check:\n{out}"
     );
+    // No client certificate for the mutual-TLS target: the target refuses the handshake.
+    let anonymous_dir = tempdir();
+    let no_cert = [
+        ("security.protocol", "SSL"),
+        ("ssl.ca.location", ca.as_str()),
+    ];
+    let (ac, ap) = configs(
+        anonymous_dir.path(),
+        &source,
+        &target,
+        &sasl_consumer(&ca, PASSWORD),
+        &no_cert,
+    );
+    let (code, out, no_cert_in) = check(&ac, &ap, &timeout);
+    assert_no_secrets("check (no client certificate)", &out, &secrets);
+    let no_cert_problem = out
+        .lines()
+        .find(|l| l.starts_with("problem:"))
+        .unwrap_or_default()
+        .to_owned();
+    eprintln!("no client certificate, check says ({no_cert_in:?}): {no_cert_problem}");
+    assert_eq!(code, 1, "check:\n{out}");
+    assert!(no_cert_problem.contains("target cluster"), "check:\n{out}");
     eprintln!(
         "TRIAL security kafka 4.4.0: SASL_SSL/SCRAM-SHA-512 source, mutual-TLS target: {}; \
          {RECORDS} mirrored in {:.1} s; wrong password: exit 1 after {:.1} s (check: {:.1} s) \
-         with: {last}; no secret in the log (debug), /metrics or check; {:.0} s in all",
+         with: {last}; no client certificate: check exits 1 after {:.1} s with: \
+         {no_cert_problem}; no secret in the log (debug), /metrics or check; {:.0} s in all",
         comparison.summary(),
         mirrored_in.as_secs_f64(),
         refused_in.as_secs_f64(),
         checked_in.as_secs_f64(),
+        no_cert_in.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
 }
@@ -344,6 +369,11 @@ fn a_target_topic_the_mirror_may_not_write() {
     assert!(
         last.contains(&format!("target topic {TOPIC}")) && last.contains("WRITE"),
         "the last line names neither the topic nor the missing operation: {last}"
+    );
+    assert_eq!(
+        committed(&source.bootstrap(), TOPIC, PARTITIONS),
+        vec![-1; PARTITIONS as usize],
+        "nothing committed past the refused records"
     );
     let target_end = end_offsets(&target.bootstrap(), TOPIC, PARTITIONS);
     assert_eq!(

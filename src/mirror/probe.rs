@@ -81,31 +81,39 @@ fn props_of(settings: &Settings, cluster: Cluster) -> &ClientProps {
 }
 
 /// The probe client's context: keeps the first security handshake failure librdkafka reports
-/// (an error event with its reason), and passes librdkafka's log lines on at debug level (the
+/// (an error event with its reason) and the last other error (the best reason when the
+/// cluster never answers: "SSL handshake failed: ...", "Connection refused"), and passes librdkafka's log lines on at debug level (the
 /// probe's outcome is the one line that matters).
 struct ProbeContext {
     cluster: Cluster,
     refusal: Mutex<Option<String>>,
+    last_error: Mutex<Option<String>>,
 }
 
 /// Whether an error a client reports means the cluster refused the connection's security
 /// handshake (a wrong password, an untrusted or missing certificate): retrying does not help.
-pub fn is_refusal(code: Option<RDKafkaErrorCode>) -> bool {
-    matches!(
-        code,
+/// A broker that rejects a client certificate under TLS 1.3 does so after the handshake, with
+/// an alert that librdkafka reports as a transport failure ("... ssl/tls alert bad
+/// certificate: SSL alert number 42"): an alert is the peer's verdict, not a network fault.
+pub fn is_refusal(code: Option<RDKafkaErrorCode>, reason: &str) -> bool {
+    match code {
         Some(
             RDKafkaErrorCode::Authentication
-                | RDKafkaErrorCode::SaslAuthenticationFailed
-                | RDKafkaErrorCode::SSL
-        )
-    )
+            | RDKafkaErrorCode::SaslAuthenticationFailed
+            | RDKafkaErrorCode::SSL,
+        ) => true,
+        Some(RDKafkaErrorCode::BrokerTransportFailure) => reason.contains("SSL alert number"),
+        _ => false,
+    }
 }
 
 /// How a refusal reads: what failed, then librdkafka's reason.
 pub fn describe_refusal(code: Option<RDKafkaErrorCode>, reason: &str) -> String {
     let what = match code {
-        Some(RDKafkaErrorCode::SSL) => "TLS handshake failed",
-        _ => "authentication failed",
+        Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed) => {
+            "authentication failed"
+        }
+        _ => "TLS handshake failed",
     };
     format!("{what}: {reason}")
 }
@@ -117,11 +125,15 @@ impl ClientContext for ProbeContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         let code = error.rdkafka_error_code();
-        if is_refusal(code) {
+        if is_refusal(code, reason) {
             let mut refusal = self.refusal.lock().unwrap_or_else(|e| e.into_inner());
             refusal.get_or_insert_with(|| describe_refusal(code, reason));
         } else {
             tracing::debug!(cluster = self.cluster.name(), "probe: {reason}");
+            if code == Some(RDKafkaErrorCode::AllBrokersDown) {
+                return; // says less than the broker's own error before it
+            }
+            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
         }
     }
 }
@@ -140,6 +152,7 @@ pub fn probe(settings: &Settings, cluster: Cluster) -> Result<Metadata, Unreacha
     let context = ProbeContext {
         cluster,
         refusal: Mutex::new(None),
+        last_error: Mutex::new(None),
     };
     let client: BaseProducer<ProbeContext> = config
         .create_with_context(context)
@@ -165,7 +178,17 @@ pub fn probe(settings: &Settings, cluster: Cluster) -> Result<Metadata, Unreacha
                 return Err(Unreachable::refused(settings, cluster, &refusal))
             }
             (Err(e), None) if Instant::now() >= deadline => {
-                return Err(Unreachable::silent(settings, cluster, &e.to_string()))
+                let last = client
+                    .context()
+                    .last_error
+                    .lock()
+                    .ok()
+                    .and_then(|l| l.clone());
+                let reason = match last {
+                    Some(last) => format!("{e}; last error: {last}"),
+                    None => e.to_string(),
+                };
+                return Err(Unreachable::silent(settings, cluster, &reason));
             }
             (Err(_), None) => wait = (wait * 2).min(Duration::from_secs(4)),
         }
@@ -184,4 +207,29 @@ pub fn matching_topics<X: ConsumerContext>(
         .into_iter()
         .map(|(name, _)| name)
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_told_from_network_faults() {
+        let alert = "ssl://127.0.0.1:9093/bootstrap: Receive failed: error:0A000412:SSL \
+                     routines::ssl/tls alert bad certificate: SSL alert number 42";
+        let transport = Some(RDKafkaErrorCode::BrokerTransportFailure);
+        assert!(is_refusal(transport, alert));
+        assert!(describe_refusal(transport, alert).starts_with("TLS handshake failed: "));
+        assert!(!is_refusal(
+            transport,
+            "Connect to ipv4#127.0.0.1:1 failed: Connection refused"
+        ));
+        let sasl = Some(RDKafkaErrorCode::Authentication);
+        assert!(is_refusal(sasl, "SASL authentication error"));
+        assert!(describe_refusal(sasl, "x").starts_with("authentication failed: "));
+        assert!(!is_refusal(
+            Some(RDKafkaErrorCode::AllBrokersDown),
+            "1/1 brokers are down"
+        ));
+    }
 }
