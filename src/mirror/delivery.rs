@@ -137,6 +137,12 @@ fn describe_send_error(error: &KafkaError, topic: &str, partition: Option<i32>) 
              or the producer's message.max.bytes if set lower; see `mirror-maker check`)",
             RDKafkaErrorCode::MessageSizeTooLarge
         ),
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed) => format!(
+            "the target cluster does not allow the mirror's principal (the producer's \
+             credentials: its sasl.username or its certificate's subject) to WRITE to topic \
+             {topic} (TopicAuthorizationFailed): grant it WRITE on topic {topic}, e.g. \
+             kafka-acls --add --allow-principal User:NAME --operation Write --topic {topic}"
+        ),
         Some(code) => code.to_string(),
         None => error.to_string(),
     }
@@ -225,5 +231,19 @@ impl ProducerContext for DeliveryContext {
                     .send_failed(ticket, message.topic(), Some(message.partition()), error);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_write_names_the_topic_and_the_operation() {
+        let error = KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed);
+        let line = describe_send_error(&error, "orders", Some(1));
+        assert!(line.contains("WRITE to topic orders"), "{line}");
+        assert!(line.contains("TopicAuthorizationFailed"), "{line}");
+        assert!(!line.contains('\n'), "{line}");
     }
 }

@@ -6,8 +6,10 @@
 //!   results, statistics, logs and errors to the consumer's context;
 //! - [`record`]: a consumed record borrowed from librdkafka (no copy of ours) and its headers;
 //! - [`produce`]: `rd_kafka_producev` with a ready C topic name and headers copied natively;
+//! - [`admin`]: DescribeTopics with the principal's authorized operations (for `check`);
 //! - [`NativePtr`]: the one owner type of a native handle, released once by its [`NativeDrop`].
 
+pub mod admin;
 pub mod produce;
 pub mod queue;
 pub mod record;
@@ -84,6 +86,9 @@ native_drop! {
     rd_kafka_headers_t => rd_kafka_headers_destroy: "A header list librdkafka did not take.";
     rd_kafka_topic_partition_t => rd_kafka_topic_partition_destroy:
         "An end-of-partition event's partition.";
+    rd_kafka_AdminOptions_t => rd_kafka_AdminOptions_destroy: "An admin request's options.";
+    rd_kafka_TopicCollection_t => rd_kafka_TopicCollection_destroy:
+        "The topic names of a DescribeTopics request.";
 }
 
 /// The group member id of `consumer`, as the broker assigned it ("" before the first join).

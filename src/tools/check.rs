@@ -1,14 +1,20 @@
 //! `mirror-maker check`: everything a mirror would need, verified without mirroring. Configs
 //! are validated as for a run, both clusters are contacted, and each matching source topic is
-//! shown with its target topic and whether the target can take it.
+//! shown with its target topic and whether the target can take it. Where the clusters say what
+//! the mirror's principals may do (DescribeTopics with authorized operations), a source topic
+//! it may not READ and a target topic it may not WRITE are problems too.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use rdkafka::metadata::Metadata;
+use rdkafka::producer::{BaseProducer, Producer};
 
 use crate::mirror::clients::Cluster;
 use crate::mirror::probe::probe;
+use crate::native::admin::{authorized_operations, TopicOperations};
+use crate::settings::client::ClientProps;
 use crate::settings::flags::Partitioning;
 use crate::settings::{counted, Settings};
 
@@ -83,6 +89,24 @@ pub fn check(settings: &Settings) -> CheckReport {
         .lines
         .push(crate::settings::record_size_bound(&settings.producer));
     let matching = settings.topics.select(&source);
+    let source_topics: Vec<String> = matching.iter().map(|(t, _)| t.clone()).collect();
+    let target_topics: Vec<String> = source_topics
+        .iter()
+        .map(|t| settings.target_topic.render(t))
+        .filter(|t| target.contains_key(t))
+        .collect();
+    // Both clusters are asked at once: one that does not answer (librdkafka's mock cluster
+    // has no controller to send DescribeTopics to) costs one wait, not two.
+    let (source_ops, target_ops) = std::thread::scope(|s| {
+        let target_ops = s.spawn(|| ask(settings, Cluster::Target, &target_topics));
+        let source_ops = ask(settings, Cluster::Source, &source_topics);
+        (
+            source_ops,
+            target_ops.join().unwrap_or_else(|_| Ok(Vec::new())),
+        )
+    });
+    permissions(&mut report, settings, Cluster::Source, source_ops, "READ");
+    permissions(&mut report, settings, Cluster::Target, target_ops, "WRITE");
     if matching.is_empty() {
         report.lines.push(format!(
             "no source topic matches --whitelist {:?} yet; the mirror waits for one",
@@ -128,4 +152,103 @@ pub fn check(settings: &Settings) -> CheckReport {
         ));
     }
     report
+}
+
+/// How long `check` waits for a cluster to say what the principal may do: a real cluster
+/// answers in milliseconds; one that does not answer gets "not checked".
+const PERMISSIONS_TIMEOUT: Duration = Duration::from_secs(3);
+
+fn props_of(settings: &Settings, cluster: Cluster) -> &ClientProps {
+    match cluster {
+        Cluster::Source => &settings.consumer,
+        Cluster::Target => &settings.producer,
+    }
+}
+
+/// Asks `cluster` what the mirror's principal may do with `topics` (none: nothing asked).
+fn ask(
+    settings: &Settings,
+    cluster: Cluster,
+    topics: &[String],
+) -> Result<Vec<TopicOperations>, String> {
+    if topics.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    props_of(settings, cluster)
+        .connection_config()
+        .create::<BaseProducer>()
+        .map_err(|e| e.to_string())
+        .and_then(|client| {
+            authorized_operations(
+                client.client(),
+                &names,
+                settings.startup_timeout.min(PERMISSIONS_TIMEOUT),
+            )
+        })
+}
+
+/// Reports each topic `cluster` says the mirror's principal may not perform `needed` on
+/// (READ on the source, WRITE on the target) as a problem. A cluster that does not say (an
+/// error, or no answer) gets a line, not a problem: the check is then not made.
+fn permissions(
+    report: &mut CheckReport,
+    settings: &Settings,
+    cluster: Cluster,
+    answer: Result<Vec<TopicOperations>, String>,
+    needed: &str,
+) {
+    let props = props_of(settings, cluster);
+    let name = cluster.name();
+    let described = match answer {
+        Ok(described) => described,
+        Err(reason) => {
+            report.lines.push(format!(
+                "{name} cluster: permissions not checked ({})",
+                props.redact(&reason)
+            ));
+            return;
+        }
+    };
+    for TopicOperations {
+        topic,
+        error,
+        operations,
+    } in described
+    {
+        match (error, operations) {
+            (Some(code), _) => report.lines.push(format!(
+                "{name} topic {topic}: permissions not checked ({code})"
+            )),
+            (None, None) => report.lines.push(format!(
+                "{name} topic {topic}: permissions not checked (the cluster did not say)"
+            )),
+            (None, Some(ops)) if ops.iter().any(|o| o == needed || o == "ALL") => {}
+            (None, Some(ops)) => report.problems.push(format!(
+                "the {name} cluster does not allow the mirror's principal (the {} config's \
+                 credentials) to {needed} topic {topic} (it may: {}): grant it {needed}, e.g. \
+                 kafka-acls --add --allow-principal User:NAME --operation {} --topic {topic}",
+                match cluster {
+                    Cluster::Source => "consumer",
+                    Cluster::Target => "producer",
+                },
+                if ops.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    ops.join(", ")
+                },
+                capitalized(needed)
+            )),
+        }
+    }
+}
+
+/// `WRITE` as kafka-acls spells it: `Write`.
+fn capitalized(operation: &str) -> String {
+    let lower = operation.to_ascii_lowercase();
+    let mut chars = lower.chars();
+    chars
+        .next()
+        .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+        .unwrap_or_default()
 }

@@ -68,6 +68,8 @@ struct Node {
     id: i32,
     port: u16,
     controller_port: u16,
+    /// The secured listener's port, when the cluster has one ([`KafkaSecurity`]).
+    secure_port: Option<u16>,
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -181,6 +183,26 @@ impl KafkaCluster {
         brokers: usize,
         extra: &[(&str, &str)],
     ) -> KafkaCluster {
+        KafkaCluster::start_inner(version, brokers, extra, None)
+    }
+
+    /// A cluster with a secured listener besides the PLAINTEXT one (see [`KafkaSecurity`]);
+    /// [`KafkaCluster::secure_bootstrap`] is its address.
+    pub fn start_secured(
+        version: KafkaVersion,
+        brokers: usize,
+        extra: &[(&str, &str)],
+        security: &KafkaSecurity<'_>,
+    ) -> KafkaCluster {
+        KafkaCluster::start_inner(version, brokers, extra, Some(security))
+    }
+
+    fn start_inner(
+        version: KafkaVersion,
+        brokers: usize,
+        extra: &[(&str, &str)],
+        security: Option<&KafkaSecurity<'_>>,
+    ) -> KafkaCluster {
         assert!(brokers >= 1);
         let started = Instant::now();
         let libs = version.libs();
@@ -193,6 +215,7 @@ impl KafkaCluster {
                 id,
                 port: free_port(),
                 controller_port: free_port(),
+                secure_port: security.map(|_| free_port()),
                 dir: dir.path().join(format!("node-{id}")),
                 child: None,
             })
@@ -256,6 +279,9 @@ impl KafkaCluster {
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
+            if let (Some(security), Some(port)) = (security, node.secure_port) {
+                security.apply(&mut props, port);
+            }
             for (k, v) in extra {
                 props.retain(|(key, _)| key != k);
                 props.push(((*k).to_owned(), (*v).to_owned()));
@@ -295,6 +321,18 @@ impl KafkaCluster {
             format
                 .args(["kafka.tools.StorageTool", "format", "-t", &id, "-c"])
                 .arg(node.dir.join("server.properties"));
+            if let Some(KafkaSecurity {
+                listener: SecureListener::SaslSslScram { users },
+                ..
+            }) = security
+            {
+                // SCRAM credentials go into the metadata log at format time (KIP-900).
+                for (name, password) in *users {
+                    format
+                        .arg("--add-scram")
+                        .arg(format!("SCRAM-SHA-512=[name={name},password={password}]"));
+                }
+            }
             let out = format
                 .stdin(Stdio::null())
                 .output()
@@ -396,6 +434,42 @@ impl KafkaCluster {
             .set("log_level", "0")
             .create()
             .expect("a metadata client")
+    }
+
+    /// `host:port` of every broker's secured listener, comma-separated (a cluster started
+    /// with [`KafkaCluster::start_secured`]).
+    pub fn secure_bootstrap(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| {
+                format!(
+                    "127.0.0.1:{}",
+                    n.secure_port.expect("a cluster started with start_secured")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Runs Kafka's `AclCommand` (kafka-acls) against this cluster's PLAINTEXT listener, whose
+    /// principal (`User:ANONYMOUS`) is a super user of a [`KafkaSecurity`] cluster with an
+    /// authorizer: e.g. `["--add", "--allow-principal", "User:mirror", "--operation", "Read",
+    /// "--topic", "orders"]`. Panics with its output when it fails.
+    pub fn acls(&self, args: &[&str]) -> String {
+        let mut cmd = java(&self.libs, &self.nodes[0].dir);
+        cmd.arg("org.apache.kafka.tools.AclCommand")
+            .arg("--bootstrap-server")
+            .arg(self.bootstrap())
+            .args(args)
+            .stdin(Stdio::null());
+        let out = cmd.output().expect("running the JVM (java)");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "AclCommand {args:?} failed: {text}");
+        text
     }
 
     /// `host:port` of every broker, comma-separated.
@@ -734,4 +808,201 @@ pub fn announce(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
+}
+
+/// Test certificates made with `openssl` in a temporary folder: a CA, a broker certificate for
+/// 127.0.0.1 (subjectAltName IP:127.0.0.1, so librdkafka's default hostname check passes) and
+/// a client certificate whose subject is `CN=mirror`. Keys are unencrypted PKCS#8 PEM (what
+/// both Kafka's PEM key stores and librdkafka read).
+pub struct TestPki {
+    dir: tempfile::TempDir,
+}
+
+/// The name in the client certificate (`CN=mirror`); with [`KafkaSecurity`]'s principal
+/// mapping the principal is `User:mirror`.
+pub const CLIENT_CN: &str = "mirror";
+
+impl TestPki {
+    pub fn generate() -> TestPki {
+        let dir = tempfile::Builder::new()
+            .prefix("test-pki-")
+            .tempdir()
+            .expect("a temporary directory");
+        let d = dir.path();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(d)
+                .stdin(Stdio::null())
+                .output()
+                .expect("running openssl (./scripts/test installs it when absent)");
+            assert!(
+                out.status.success(),
+                "openssl {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=mirror-test-ca"];
+        ca.extend_from_slice(&ec);
+        ca.extend_from_slice(&["-keyout", "ca.key", "-out", "ca.pem"]);
+        openssl(&ca);
+        std::fs::write(d.join("broker.ext"), "subjectAltName=IP:127.0.0.1\n").expect("broker.ext");
+        std::fs::write(d.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("client.ext");
+        for (name, subject) in [("broker", "/CN=127.0.0.1"), ("client", "/CN=mirror")] {
+            let mut req = vec!["req", "-subj", subject];
+            req.extend_from_slice(&ec);
+            let (key, csr, cert, ext) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.pem"),
+                format!("{name}.ext"),
+            );
+            req.extend_from_slice(&["-keyout", &key, "-out", &csr]);
+            openssl(&req);
+            openssl(&[
+                "x509",
+                "-req",
+                "-days",
+                "2",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-extfile",
+                &ext,
+                "-out",
+                &cert,
+            ]);
+        }
+        // Kafka's file-based PEM key store: the private key and the certificate chain in one
+        // file.
+        let keystore = [
+            std::fs::read_to_string(d.join("broker.key")).expect("broker.key"),
+            std::fs::read_to_string(d.join("broker.pem")).expect("broker.pem"),
+            std::fs::read_to_string(d.join("ca.pem")).expect("ca.pem"),
+        ]
+        .concat();
+        std::fs::write(d.join("broker-keystore.pem"), keystore).expect("broker-keystore.pem");
+        TestPki { dir }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    /// The CA certificate (PEM): the clients' `ssl.ca.location`, the brokers' trust store.
+    pub fn ca(&self) -> String {
+        self.path("ca.pem")
+    }
+
+    /// The client certificate (PEM): `ssl.certificate.location`.
+    pub fn client_cert(&self) -> String {
+        self.path("client.pem")
+    }
+
+    /// The client's private key (PEM, unencrypted): `ssl.key.location`.
+    pub fn client_key(&self) -> String {
+        self.path("client.key")
+    }
+
+    fn broker_keystore(&self) -> String {
+        self.path("broker-keystore.pem")
+    }
+}
+
+/// How a secured listener authenticates clients.
+pub enum SecureListener<'a> {
+    /// SASL_SSL with SCRAM-SHA-512; these `(name, password)` users are created at format time.
+    SaslSslScram { users: &'a [(&'a str, &'a str)] },
+    /// SSL with `ssl.client.auth=required` (mutual TLS): the principal is the client
+    /// certificate's CN.
+    MutualTls,
+}
+
+/// A secured listener named `SECURE` next to the PLAINTEXT one. The PLAINTEXT listener stays
+/// for the brokers themselves (inter-broker) and the harness's own clients (topics, records,
+/// offsets); the controller listener stays PLAINTEXT too. With `authorizer`, Kafka's
+/// `StandardAuthorizer` runs and `User:ANONYMOUS` (every PLAINTEXT client, brokers and
+/// controllers included) is a super user: only clients of the secured listener are subject to
+/// ACLs (see [`KafkaCluster::acls`]).
+pub struct KafkaSecurity<'a> {
+    pub listener: SecureListener<'a>,
+    pub pki: &'a TestPki,
+    pub authorizer: bool,
+}
+
+impl KafkaSecurity<'_> {
+    fn apply(&self, props: &mut Vec<(String, String)>, port: u16) {
+        let get = |k: &str| {
+            props
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let listeners = get("listeners");
+        let advertised = get("advertised.listeners");
+        let map = get("listener.security.protocol.map");
+        let mut set = |k: &str, v: String| {
+            props.retain(|(key, _)| key != k);
+            props.push((k.to_owned(), v));
+        };
+        let protocol = match self.listener {
+            SecureListener::SaslSslScram { .. } => "SASL_SSL",
+            SecureListener::MutualTls => "SSL",
+        };
+        set(
+            "listeners",
+            format!("{listeners},SECURE://127.0.0.1:{port}"),
+        );
+        set(
+            "advertised.listeners",
+            format!("{advertised},SECURE://127.0.0.1:{port}"),
+        );
+        set(
+            "listener.security.protocol.map",
+            format!("{map},SECURE:{protocol}"),
+        );
+        set("ssl.keystore.type", "PEM".into());
+        set("ssl.keystore.location", self.pki.broker_keystore());
+        set("ssl.truststore.type", "PEM".into());
+        set("ssl.truststore.location", self.pki.ca());
+        match self.listener {
+            SecureListener::SaslSslScram { .. } => {
+                set(
+                    "listener.name.secure.sasl.enabled.mechanisms",
+                    "SCRAM-SHA-512".into(),
+                );
+                set(
+                    "listener.name.secure.scram-sha-512.sasl.jaas.config",
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;".into(),
+                );
+            }
+            SecureListener::MutualTls => {
+                set("listener.name.secure.ssl.client.auth", "required".into());
+                // User:mirror rather than User:CN=mirror.
+                set(
+                    "ssl.principal.mapping.rules",
+                    "RULE:^CN=([^,]*)$/$1/,DEFAULT".into(),
+                );
+            }
+        }
+        if self.authorizer {
+            set(
+                "authorizer.class.name",
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer".into(),
+            );
+            set("super.users", "User:ANONYMOUS".into());
+        }
+    }
 }

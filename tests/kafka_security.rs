@@ -1,0 +1,402 @@
+//! Security trials on Apache Kafka (issue 11, trials 9 and 10): the mirror between clusters
+//! that authenticate it (SASL_SSL with SCRAM-SHA-512 on the source, mutual TLS on the target)
+//! and one that authorizes it with ACLs. Certificates are made by the test with `openssl`
+//! (`TestPki`), SCRAM users at format time, ACLs with Kafka's `AclCommand`. Each cluster keeps
+//! a PLAINTEXT listener for the harness's own clients (see `KafkaSecurity`).
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use mirror_test_harness::kafka::*;
+use mirror_test_harness::*;
+
+const TOPIC: &str = "orders";
+const PARTITIONS: i32 = 3;
+const PASSWORD: &str = "s3cret-Pa55word-0x5eed";
+const WRONG_PASSWORD: &str = "wr0ng-Pa55word-0xbad";
+
+/// Source and target of one trial: both started side by side.
+fn clusters(
+    source: &KafkaSecurity<'_>,
+    target: &KafkaSecurity<'_>,
+) -> (KafkaCluster, KafkaCluster) {
+    std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            KafkaCluster::start_secured(
+                KAFKA_4,
+                1,
+                &[("auto.create.topics.enable", "false")],
+                target,
+            )
+        });
+        let source = KafkaCluster::start_secured(KAFKA_4, 1, &[], source);
+        (source, t.join().expect("starting the target cluster"))
+    })
+}
+
+/// The consumer's settings for the SASL_SSL source.
+fn sasl_consumer<'a>(ca: &'a str, password: &'a str) -> Vec<(&'a str, &'a str)> {
+    let mut c = vec![
+        ("group.id", GROUP),
+        ("security.protocol", "SASL_SSL"),
+        ("sasl.mechanism", "SCRAM-SHA-512"),
+        ("sasl.username", "mirror"),
+        ("sasl.password", password),
+        ("ssl.ca.location", ca),
+    ];
+    c.extend_from_slice(FAST_GROUP);
+    c
+}
+
+/// The producer's settings for the mutual-TLS target.
+fn tls_producer(pki: &TestPki) -> Vec<(&'static str, String)> {
+    vec![
+        ("security.protocol", "SSL".to_owned()),
+        ("ssl.ca.location", pki.ca()),
+        ("ssl.certificate.location", pki.client_cert()),
+        ("ssl.key.location", pki.client_key()),
+    ]
+}
+
+fn pairs<'a>(v: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    v.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+/// `mirror-maker check` with these configs: its output (stdout and stderr) and exit code.
+fn check(consumer: &Path, producer: &Path, flags: &[&str]) -> (i32, String, Duration) {
+    let started = Instant::now();
+    let out: Output = binary()
+        .arg("check")
+        .arg("--consumer.config")
+        .arg(consumer)
+        .arg("--producer.config")
+        .arg(producer)
+        .args(["--whitelist", TOPIC])
+        .args(flags)
+        .env("RUST_LOG", "debug")
+        .output()
+        .expect("running mirror-maker check");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text, started.elapsed())
+}
+
+/// The secrets no output may show: the passwords, and every base64 line of the client's
+/// private key.
+fn secrets(pki: &TestPki) -> Vec<String> {
+    let key = std::fs::read_to_string(pki.client_key()).expect("the client key");
+    let mut s: Vec<String> = key
+        .lines()
+        .filter(|l| !l.starts_with("-----") && l.len() >= 16)
+        .map(str::to_owned)
+        .collect();
+    assert!(!s.is_empty(), "the key has base64 lines");
+    s.push(PASSWORD.to_owned());
+    s.push(WRONG_PASSWORD.to_owned());
+    s
+}
+
+fn assert_no_secrets(what: &str, text: &str, secrets: &[String]) {
+    for secret in secrets {
+        if let Some(line) = text.lines().find(|l| l.contains(secret.as_str())) {
+            panic!("{what} shows secret material ({secret:?}) in: {line}");
+        }
+    }
+}
+
+fn configs(
+    dir: &Path,
+    source: &KafkaCluster,
+    target: &KafkaCluster,
+    consumer: &[(&str, &str)],
+    producer: &[(&str, &str)],
+) -> (PathBuf, PathBuf) {
+    (
+        write_config(dir, "consumer.toml", &source.secure_bootstrap(), consumer),
+        write_config(dir, "producer.toml", &target.secure_bootstrap(), producer),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trial 9: authentication and encryption on both sides.
+
+/// The source authenticates the mirror with SASL_SSL/SCRAM-SHA-512, the target with a client
+/// certificate (mutual TLS): every record is mirrored, and no password or private key shows
+/// in the log (at debug), the metrics or `check`'s output. A wrong password is one clear line
+/// and exit 1 within `--startup.timeout.ms`.
+#[test]
+fn sasl_scram_source_and_mutual_tls_target() {
+    const RECORDS: u64 = 5_000;
+    let started = Instant::now();
+    let pki = TestPki::generate();
+    let users = [("mirror", PASSWORD)];
+    let (source, target) = clusters(
+        &KafkaSecurity {
+            listener: SecureListener::SaslSslScram { users: &users },
+            pki: &pki,
+            authorizer: false,
+        },
+        &KafkaSecurity {
+            listener: SecureListener::MutualTls,
+            pki: &pki,
+            authorizer: false,
+        },
+    );
+    let secrets = secrets(&pki);
+    source.create_topic(TOPIC, PARTITIONS, 1, &[]);
+    write_samples(&source.bootstrap(), TOPIC, 0..RECORDS, PARTITIONS, 100).expect("writing");
+    let ca = pki.ca();
+    let producer = tls_producer(&pki);
+    let producer = pairs(&producer);
+    let dir = tempdir();
+    let (c, p) = configs(
+        dir.path(),
+        &source,
+        &target,
+        &sasl_consumer(&ca, PASSWORD),
+        &producer,
+    );
+
+    // `check` first: both clusters reached, nothing to fix, nothing secret printed.
+    let (code, out, _) = check(&c, &p, &[]);
+    assert_no_secrets("check", &out, &secrets);
+    assert_eq!(code, 0, "check:\n{out}");
+    assert!(out.contains("OK: ready to mirror"), "check:\n{out}");
+
+    let metrics = free_local_addr();
+    let mirror_started = Instant::now();
+    let mut mirror = Mirror::start_logged(
+        &c,
+        &p,
+        TOPIC,
+        &[
+            "--offset.commit.interval.ms",
+            "300",
+            "--metrics.addr",
+            &metrics,
+        ],
+        "debug",
+    );
+    wait_committed(
+        &mut mirror,
+        &source.bootstrap(),
+        TOPIC,
+        PARTITIONS,
+        RECORDS as i64,
+    );
+    let mirrored_in = mirror_started.elapsed();
+    let (status, exposition) = http_get(&metrics, "/metrics");
+    assert_eq!(status, 200, "/metrics answered {status}");
+    assert_no_secrets("/metrics", &exposition, &secrets);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    assert_no_secrets("the mirror's log", &mirror.log(), &secrets);
+    let comparison = compare_topic(&source.bootstrap(), &target.bootstrap(), TOPIC, PARTITIONS)
+        .expect("comparing");
+    assert_eq!(
+        (comparison.source, comparison.lost, comparison.changed),
+        (RECORDS, 0, 0),
+        "{comparison:?}"
+    );
+    assert!(comparison.in_order, "{comparison:?}");
+
+    // A wrong password: one line naming the source cluster and the cause, exit 1, within the
+    // start-up timeout.
+    let wrong_dir = tempdir();
+    let (wc, wp) = configs(
+        wrong_dir.path(),
+        &source,
+        &target,
+        &sasl_consumer(&ca, WRONG_PASSWORD),
+        &producer,
+    );
+    let timeout = ["--startup.timeout.ms", "10000"];
+    let refused_started = Instant::now();
+    let mut refused = Mirror::start_logged(&wc, &wp, TOPIC, &timeout, "debug");
+    let status = refused.wait(Duration::from_secs(30));
+    let refused_in = refused_started.elapsed();
+    let log = refused.log();
+    assert_no_secrets("the refused mirror's log", &log, &secrets);
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    let last = log.lines().last().unwrap_or_default();
+    eprintln!("wrong password, the mirror's last line: {last}");
+    assert!(
+        last.contains("source cluster") && last.to_lowercase().contains("authentication"),
+        "the last line names neither the source cluster nor the authentication failure: \
+         {last}\nerrors: {errors:#?}\nlog:\n{log}"
+    );
+    assert!(
+        refused_in < Duration::from_secs(10) + Duration::from_secs(5),
+        "exit after {refused_in:?}"
+    );
+    let (code, out, checked_in) = check(&wc, &wp, &timeout);
+    assert_no_secrets("check (wrong password)", &out, &secrets);
+    assert_eq!(code, 1, "check:\n{out}");
+    let problem = out
+        .lines()
+        .find(|l| l.starts_with("problem:"))
+        .unwrap_or_default();
+    assert!(
+        problem.contains("source cluster") && problem.to_lowercase().contains("authentication"),
+        "check:\n{out}"
+    );
+    // No client certificate for the mutual-TLS target: the target refuses the handshake.
+    let anonymous_dir = tempdir();
+    let no_cert = [
+        ("security.protocol", "SSL"),
+        ("ssl.ca.location", ca.as_str()),
+    ];
+    let (ac, ap) = configs(
+        anonymous_dir.path(),
+        &source,
+        &target,
+        &sasl_consumer(&ca, PASSWORD),
+        &no_cert,
+    );
+    let (code, out, no_cert_in) = check(&ac, &ap, &timeout);
+    assert_no_secrets("check (no client certificate)", &out, &secrets);
+    let no_cert_problem = out
+        .lines()
+        .find(|l| l.starts_with("problem:"))
+        .unwrap_or_default()
+        .to_owned();
+    eprintln!("no client certificate, check says ({no_cert_in:?}): {no_cert_problem}");
+    assert_eq!(code, 1, "check:\n{out}");
+    assert!(no_cert_problem.contains("target cluster"), "check:\n{out}");
+    eprintln!(
+        "TRIAL security kafka 4.4.0: SASL_SSL/SCRAM-SHA-512 source, mutual-TLS target: {}; \
+         {RECORDS} mirrored in {:.1} s; wrong password: exit 1 after {:.1} s (check: {:.1} s) \
+         with: {last}; no client certificate: check exits 1 after {:.1} s with: \
+         {no_cert_problem}; no secret in the log (debug), /metrics or check; {:.0} s in all",
+        comparison.summary(),
+        mirrored_in.as_secs_f64(),
+        refused_in.as_secs_f64(),
+        checked_in.as_secs_f64(),
+        no_cert_in.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trial 10: authorization on the target.
+
+/// The target runs Kafka's `StandardAuthorizer`; the mirror's principal (`User:mirror`, from
+/// its client certificate) may describe the existing target topic and write another one, but
+/// may not WRITE this one. `check` reports the missing permission before anything is consumed,
+/// and a mirror in abort mode stops with exit 1 and one line naming the topic and the
+/// operation.
+#[test]
+fn a_target_topic_the_mirror_may_not_write() {
+    const RECORDS: u64 = 200;
+    let started = Instant::now();
+    let pki = TestPki::generate();
+    let (source, target) = std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            KafkaCluster::start_secured(
+                KAFKA_4,
+                1,
+                &[("auto.create.topics.enable", "false")],
+                &KafkaSecurity {
+                    listener: SecureListener::MutualTls,
+                    pki: &pki,
+                    authorizer: true,
+                },
+            )
+        });
+        let source = KafkaCluster::start(KAFKA_4, 1);
+        (source, t.join().expect("starting the target cluster"))
+    });
+    source.create_topic(TOPIC, PARTITIONS, 1, &[]);
+    target.create_topic(TOPIC, PARTITIONS, 1, &[]);
+    target.create_topic("other", 1, 1, &[]);
+    let principal = format!("User:{CLIENT_CN}");
+    // WRITE on some topic implies IDEMPOTENT_WRITE on the cluster (KIP-679): the idempotent
+    // producer gets its id, and only the topic's WRITE is missing.
+    target.acls(&[
+        "--add",
+        "--allow-principal",
+        &principal,
+        "--operation",
+        "Describe",
+        "--operation",
+        "DescribeConfigs",
+        "--topic",
+        TOPIC,
+    ]);
+    target.acls(&[
+        "--add",
+        "--allow-principal",
+        &principal,
+        "--operation",
+        "Write",
+        "--operation",
+        "Describe",
+        "--topic",
+        "other",
+    ]);
+    write_samples(&source.bootstrap(), TOPIC, 0..RECORDS, PARTITIONS, 100).expect("writing");
+    let producer = tls_producer(&pki);
+    let producer = pairs(&producer);
+    let dir = tempdir();
+    let mut consumer = vec![("group.id", GROUP)];
+    consumer.extend_from_slice(FAST_GROUP);
+    let c = write_config(dir.path(), "consumer.toml", &source.bootstrap(), &consumer);
+    let p = write_config(
+        dir.path(),
+        "producer.toml",
+        &target.secure_bootstrap(),
+        &producer,
+    );
+
+    let (code, out, checked_in) = check(&c, &p, &[]);
+    eprintln!("check:\n{out}");
+    let committed_after_check = committed(&source.bootstrap(), TOPIC, PARTITIONS);
+    assert_eq!(committed_after_check, vec![-1; PARTITIONS as usize]);
+
+    let abort = ["--abort.on.send.failure", "true"];
+    let mirror_started = Instant::now();
+    let mut mirror = Mirror::start(&c, &p, TOPIC, &abort);
+    let status = mirror.wait(Duration::from_secs(60));
+    let stopped_in = mirror_started.elapsed();
+    let log = mirror.log();
+    let last = log.lines().last().unwrap_or_default().to_owned();
+    eprintln!("mirror log:\n{log}");
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    assert!(
+        last.contains(&format!("target topic {TOPIC}")) && last.contains("WRITE"),
+        "the last line names neither the topic nor the missing operation: {last}"
+    );
+    assert_eq!(
+        committed(&source.bootstrap(), TOPIC, PARTITIONS),
+        vec![-1; PARTITIONS as usize],
+        "nothing committed past the refused records"
+    );
+    let target_end = end_offsets(&target.bootstrap(), TOPIC, PARTITIONS);
+    assert_eq!(
+        target_end,
+        vec![0; PARTITIONS as usize],
+        "nothing reached the target"
+    );
+    let problem = out
+        .lines()
+        .find(|l| l.starts_with("problem:"))
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(code, 1, "check:\n{out}");
+    assert!(
+        problem.contains(TOPIC) && problem.contains("WRITE"),
+        "check:\n{out}"
+    );
+    eprintln!(
+        "TRIAL authorization kafka 4.4.0: target topic without WRITE for {principal}: check \
+         (exit {code}, {:.1} s, nothing consumed) says: {problem}; the mirror (abort mode) \
+         exits 1 after {:.1} s with: {last}; {:.0} s in all",
+        checked_in.as_secs_f64(),
+        stopped_in.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+}
