@@ -128,13 +128,15 @@ pub fn committed(shared: &StreamShared, result: &KafkaResult<()>, partitions: us
     }
 }
 
-/// The shutdown commit, retried while the group is rebalancing (another instance joining or
-/// leaving): the broker refuses commits until the rebalance completes.
+/// The shutdown commit, retried for up to `retry` while the group is rebalancing (another
+/// instance joining or leaving): the broker refuses commits until the rebalance completes,
+/// and a cooperative rebalance takes two rounds.
 pub fn final_commit<C: ConsumerContext>(
     source: &Source<C>,
     shared: &StreamShared,
+    retry: Duration,
 ) -> KafkaResult<usize> {
-    let deadline = Instant::now() + FINAL_COMMIT_RETRY;
+    let deadline = Instant::now() + retry;
     loop {
         match commit_sync(source.consumer(), shared, None) {
             Err(e) if is_retriable_commit_error(&e) && Instant::now() < deadline => {
@@ -154,9 +156,6 @@ pub fn final_commit<C: ConsumerContext>(
         }
     }
 }
-
-/// How long the final commit is retried while the group rebalances.
-const FINAL_COMMIT_RETRY: Duration = Duration::from_secs(10);
 
 fn is_retriable_commit_error(e: &KafkaError) -> bool {
     matches!(

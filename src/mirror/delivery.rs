@@ -215,11 +215,11 @@ impl ProducerContext for DeliveryContext {
                     )
                 ) =>
             {
-                // The producer is being closed with records still unacknowledged (a
-                // shutdown flush that timed out): they stay uncommitted, not failed.
+                // Purged (partitions released while records were queued, or a shutdown flush
+                // that timed out) or the producer closed: they stay uncommitted, not failed.
                 tracing::debug!(
                     stream = self.shared.stream,
-                    "not acknowledged at close: {error}"
+                    "not acknowledged (purged or closed): {error}"
                 );
             }
             Err((error, message)) => {

@@ -5,7 +5,7 @@
 //! stops tracking them, so the next owner starts exactly after what reached the target. With
 //! cooperative-sticky only the revoked partitions are touched; with eager protocols all of them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,8 +13,9 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::producer::Producer;
+use rdkafka::producer::{Producer, PurgeConfig};
 use rdkafka::topic_partition_list::TopicPartitionList;
+use rdkafka::Offset;
 
 use super::clients::{self, Cluster};
 use super::commit::{commit_sync, committed, follow_positions};
@@ -35,14 +36,24 @@ pub type MirrorSource = Source<RebalanceContext>;
 pub struct RebalanceContext {
     pub shared: Arc<StreamShared>,
     pub producer: Arc<MirrorProducer>,
-    /// How long a revocation waits for the records in flight before committing what was
-    /// acknowledged so far.
+    /// How long a revocation waits for the records in flight before purging what is left and
+    /// committing what was acknowledged: within the group's rebalance timeout
+    /// (`max.poll.interval.ms`), so that the member rejoins in time.
     pub revoke_flush_timeout: Duration,
-    /// Set once the stream has flushed and committed for shutdown; the revocation that closing
-    /// the consumer triggers then has nothing left to wait for.
+    /// Set once the stream has made its final commit and left the group, just before the
+    /// consumer is closed: a revocation served while closing neither flushes nor commits.
+    /// (librdkafka 2.12 aborts when an offset commit reaches a group that has just finished
+    /// terminating: `rd_kafka_cgrp_terminated: assert: !rd_kafka_assignment_in_progress`.)
     pub closing: AtomicBool,
     /// Set by every rebalance; the stream re-applies its pause state to the new assignment.
     pub assignment_changed: AtomicBool,
+    /// How many rebalance events this consumer has served (the stream waits for them to stop
+    /// before closing).
+    pub rebalances_served: AtomicU64,
+    /// How many partitions' offsets the revocations' commits carried (reset by the stream).
+    pub release_commits: AtomicUsize,
+    /// Whether a revocation's commit failed (reset by the stream).
+    pub release_commit_failed: AtomicBool,
     /// The user's rebalance listener, called after the internal one.
     pub listener: Option<Mutex<Listener>>,
     /// `--create.topics`: target topics made before their partitions are fetched.
@@ -58,24 +69,54 @@ impl RebalanceContext {
             return;
         }
         let stream = self.shared.stream;
+        if self.closing.load(Ordering::SeqCst) {
+            // The final commit is made and the group left: nothing to flush or commit, and a
+            // commit now could reach a group that librdkafka is terminating.
+            tracing::debug!(
+                stream,
+                "released {} at close",
+                counted(partitions.len(), "partition")
+            );
+            self.forget(partitions);
+            return;
+        }
+        if consumer.assignment_lost() {
+            // The group gave these partitions away without this member (session timed out,
+            // member fenced): their next owner may be copying them already. A commit would
+            // be refused, or accepted against a stale generation; records still queued would
+            // reach the target after the next owner's copies.
+            tracing::warn!(
+                stream,
+                "the group took back {} from this stream (assignment lost); releasing them \
+                 without flushing or committing, and purging what is queued for the target: \
+                 the next owner mirrors them again from the last commit (duplicates, no loss)",
+                counted(partitions.len(), "partition")
+            );
+            self.purge_and_rewind(consumer, partitions);
+            self.forget(partitions);
+            return;
+        }
         // During shutdown the stream has flushed already (bounded); do not wait twice.
-        let timeout = if self.closing.load(Ordering::SeqCst) || self.shared.control.stop_requested()
-        {
+        let timeout = if self.shared.control.stop_requested() {
             Duration::ZERO
         } else {
             self.revoke_flush_timeout
         };
         let started = Instant::now();
         if let Err(e) = self.producer.flush(timeout) {
+            // Released with records still queued, librdkafka would deliver them later (it
+            // retries for ever), interleaved with the next owner's copies: purge them first.
             if !timeout.is_zero() {
                 tracing::warn!(
                     stream,
                     "flush before releasing {} did not finish within {timeout:?} ({e}); \
-                     committing only what the target acknowledged: the next owner will mirror the \
-                     rest again (duplicates, no loss)",
+                     purging what is still queued so that none of it reaches the target after \
+                     the release, and committing only what the target acknowledged: the next \
+                     owner mirrors the rest again (duplicates, no loss)",
                     counted(partitions.len(), "partition")
                 );
             }
+            self.purge_and_rewind(consumer, partitions);
         }
         if timeout > Duration::ZERO {
             // Not while stopping: the shutdown's commit retries poll records they do not track.
@@ -94,23 +135,34 @@ impl RebalanceContext {
             );
         } else {
             match commit_sync(consumer, &self.shared, Some(&uncommitted)) {
-                Ok(n) => tracing::info!(
-                    stream,
-                    "released {} after flushing and committing {} in {:?}",
-                    counted(partitions.len(), "partition"),
-                    counted(n, "offset"),
-                    started.elapsed()
-                ),
-                Err(e) => tracing::warn!(
-                    stream,
-                    "commit before releasing {} failed: {e}; the next owner will mirror again \
-                     the records of {} acknowledged after its last committed offset \
-                     (duplicates, no loss)",
-                    counted(partitions.len(), "partition"),
-                    counted(uncommitted.len(), "partition")
-                ),
+                Ok(n) => {
+                    self.release_commits.fetch_add(n, Ordering::SeqCst);
+                    tracing::info!(
+                        stream,
+                        "released {} after flushing and committing {} in {:?}",
+                        counted(partitions.len(), "partition"),
+                        counted(n, "offset"),
+                        started.elapsed()
+                    )
+                }
+                Err(e) => {
+                    self.release_commit_failed.store(true, Ordering::SeqCst);
+                    tracing::warn!(
+                        stream,
+                        "commit before releasing {} failed: {e}; the next owner will mirror \
+                         again the records of {} acknowledged after its last committed offset \
+                         (duplicates, no loss)",
+                        counted(partitions.len(), "partition"),
+                        counted(uncommitted.len(), "partition")
+                    )
+                }
             }
         }
+        self.forget(partitions);
+    }
+
+    /// Stops tracking released partitions (deliveries still to come for them are stale).
+    fn forget(&self, partitions: &[(String, i32)]) {
         let mut tracker = self.shared.tracker();
         let mut committed = self
             .shared
@@ -216,6 +268,86 @@ impl RebalanceContext {
         }
     }
 
+    /// Purges every record the producer still holds (librdkafka purges per producer, not per
+    /// partition), serves their delivery reports (purged records are not acknowledged), and
+    /// rewinds the partitions this stream keeps to their commit points: their purged records
+    /// are consumed and mirrored again, in order, and none is skipped. A partition that cannot
+    /// be rewound stops the mirror (it would go on past records that never reached the
+    /// target).
+    fn purge_and_rewind(&self, consumer: &MirrorConsumer, released: &[(String, i32)]) {
+        let stream = self.shared.stream;
+        self.producer
+            .purge(PurgeConfig::default().queue().inflight());
+        if let Err(e) = self.producer.flush(PURGE_SETTLE) {
+            tracing::warn!(stream, "delivery reports after a purge: {e}");
+        }
+        let kept: Vec<(String, i32)> = match consumer.assignment() {
+            Ok(assignment) => assignment
+                .elements()
+                .iter()
+                .map(|e| (e.topic().to_owned(), e.partition()))
+                .filter(|tp| !released.contains(tp))
+                .collect(),
+            Err(e) => {
+                self.shared.control.fail(format!(
+                    "stream {stream}: cannot read the assignment to rewind the partitions whose \
+                     records were purged: {e}"
+                ));
+                return;
+            }
+        };
+        let points = self.shared.tracker().commit_points_of(&kept);
+        if points.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::with_capacity(points.len());
+        for p in &points {
+            if let Err(e) =
+                tpl.add_partition_offset(&p.topic, p.partition, Offset::Offset(p.offset))
+            {
+                self.shared.control.fail(format!(
+                    "stream {stream}: cannot rewind {}/{}: {e}",
+                    p.topic, p.partition
+                ));
+                return;
+            }
+        }
+        let failed: Vec<String> = match consumer.seek_partitions(tpl, SEEK_TIMEOUT) {
+            Ok(result) => result
+                .elements()
+                .iter()
+                .filter(|e| e.error().is_err())
+                .map(|e| format!("{}/{}", e.topic(), e.partition()))
+                .collect(),
+            Err(e) => vec![e.to_string()],
+        };
+        if !failed.is_empty() {
+            self.shared.control.fail(format!(
+                "stream {stream}: cannot rewind the partitions whose records were purged ({}); \
+                 stopping rather than mirroring past them",
+                failed.join(", ")
+            ));
+            return;
+        }
+        // The rewound partitions start afresh in the tracker: their purged records' delivery
+        // reports are stale, and the records are registered again as they are read.
+        let mut tracker = self.shared.tracker();
+        for p in &points {
+            tracker.release(&p.topic, p.partition);
+        }
+        drop(tracker);
+        let list: Vec<String> = points
+            .iter()
+            .map(|p| format!("{}/{} at {}", p.topic, p.partition, p.offset))
+            .collect();
+        tracing::info!(
+            stream,
+            "rewound {} kept partitions to their commit points: {}",
+            list.len(),
+            list.join(" ")
+        );
+    }
+
     /// Calls the user's listener, if any; its error is fatal for the mirror.
     fn call_listener(&self, what: &str, call: impl FnOnce(&mut Listener) -> Result<(), String>) {
         let Some(listener) = &self.listener else {
@@ -229,6 +361,11 @@ impl RebalanceContext {
         }
     }
 }
+
+/// How long the delivery reports of purged records may take to be served.
+const PURGE_SETTLE: Duration = Duration::from_secs(5);
+/// How long rewinding the kept partitions may take.
+const SEEK_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn partition_list(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
     tpl.elements()
@@ -334,6 +471,7 @@ impl ConsumerContext for RebalanceContext {
 
     fn post_rebalance(&self, _consumer: &MirrorConsumer, rebalance: &Rebalance<'_>) {
         Stats::add(&self.shared.stats.rebalances, 1);
+        self.rebalances_served.fetch_add(1, Ordering::SeqCst);
         if let Rebalance::Assign(_) = rebalance {
             self.shared.assigned.store(true, Ordering::SeqCst);
         }

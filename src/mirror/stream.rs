@@ -130,9 +130,12 @@ impl<'s> Stream<'s> {
             .create_with_context(RebalanceContext {
                 shared: shared.clone(),
                 producer: producer.clone(),
-                revoke_flush_timeout: settings.shutdown_timeout,
+                revoke_flush_timeout: revoke_flush_limit(settings),
                 closing: false.into(),
                 assignment_changed: false.into(),
+                rebalances_served: 0.into(),
+                release_commits: 0.into(),
+                release_commit_failed: false.into(),
                 listener,
                 topics,
                 topic_retry_limit: stall_limit(settings),
@@ -784,6 +787,76 @@ impl<'s> Stream<'s> {
         }
     }
 
+    /// Whether the stream has no partition assigned and nothing consumed to commit.
+    fn holds_nothing(&self) -> bool {
+        let unassigned = self
+            .source
+            .consumer()
+            .assignment()
+            .is_ok_and(|a| a.count() == 0);
+        unassigned && self.shared.tracker().commit_points().is_empty()
+    }
+
+    /// Leaves the group before the consumer is closed: unsubscribes, then serves the queue
+    /// (revocations, and any assignment still queued) until no partition is assigned and no
+    /// rebalance event comes for [`LEAVE_QUIET`], at most `timeout`; records polled meanwhile
+    /// are not mirrored (they are after the commit point). Closing the consumer with a
+    /// rebalance event still queued makes librdkafka (2.12) treat that event's assign call as
+    /// the close's unassign, terminate the group, and then abort on the commit that the next
+    /// queued revocation makes (`rd_kafka_cgrp_terminated: assert:
+    /// !rd_kafka_assignment_in_progress`); librdkafka's advice is to unsubscribe and wait for
+    /// the assignment to go before closing (confluentinc/librdkafka#4527, #4792). Then marks
+    /// the context as closing: whatever the close still serves neither flushes nor commits.
+    fn leave_group(&self, timeout: Duration) -> Left {
+        let context = self.rebalance_context();
+        self.source.consumer().unsubscribe();
+        let deadline = Instant::now() + timeout;
+        let mut quiet_since: Option<Instant> = None;
+        loop {
+            let served = context.rebalances_served.load(Ordering::SeqCst);
+            if let Polled::Record(r) = self.source.poll(Duration::from_millis(20)) {
+                tracing::trace!(
+                    stream = self.stream,
+                    "not mirrored at shutdown: {}/{} offset {}",
+                    r.topic(),
+                    r.partition(),
+                    r.offset()
+                );
+            }
+            let now = Instant::now();
+            let unassigned = self
+                .source
+                .consumer()
+                .assignment()
+                .is_ok_and(|a| a.count() == 0);
+            if !unassigned || context.rebalances_served.load(Ordering::SeqCst) != served {
+                quiet_since = None;
+            } else if now.duration_since(*quiet_since.get_or_insert(now)) >= LEAVE_QUIET {
+                break;
+            }
+            if now >= deadline {
+                tracing::warn!(
+                    stream = self.stream,
+                    "the group did not revoke this stream's partitions within {timeout:?} of \
+                     unsubscribing; closing anyway"
+                );
+                break;
+            }
+        }
+        context.closing.store(true, Ordering::SeqCst);
+        let unassigned = self
+            .source
+            .consumer()
+            .assignment()
+            .is_ok_and(|a| a.count() == 0);
+        Left {
+            committed: unassigned
+                && self.shared.tracker().commit_points().is_empty()
+                && !context.release_commit_failed.load(Ordering::SeqCst),
+            partitions: context.release_commits.load(Ordering::SeqCst),
+        }
+    }
+
     /// Stop consuming, wait (bounded) for the records in flight, commit what was
     /// acknowledged, leave the group.
     fn shutdown(self) -> Result<StreamReport, StreamError> {
@@ -815,19 +888,53 @@ impl<'s> Stream<'s> {
             );
         }
         let unacknowledged = self.shared.tracker().in_flight();
+        let id = self.stream;
+        if self.holds_nothing() {
+            // Never assigned anything (say, still joining): nothing to commit, and nothing
+            // for the others to wait for. Leaving at once lets a rebalance stuck on this
+            // member complete, so that the others can make their final commits.
+            self.gate.arrive();
+            let _ = self.leave_group(LEAVE_TIMEOUT);
+            drop(self.source);
+            tracing::info!(
+                stream = id,
+                "stopped: held no partitions, in {:?}",
+                started.elapsed()
+            );
+            return Ok(StreamReport { unacknowledged });
+        }
+        // Retried while the group rebalances, within the shutdown timeout (at least 10 s).
+        let retry = timeout
+            .saturating_sub(started.elapsed())
+            .max(MIN_FINAL_COMMIT_RETRY);
+        {
+            // Revocations from here on say whether their commits made up for this one.
+            let context = self.rebalance_context();
+            context.release_commits.store(0, Ordering::SeqCst);
+            context.release_commit_failed.store(false, Ordering::SeqCst);
+        }
         if self.shared.control.failure().is_none() {
             // After a fatal error the position may have passed a record that was never
             // tracked (a message handler that failed on it): commit points stay as they are.
             follow_positions(self.source.consumer(), &self.shared);
         }
-        let committed = final_commit(&self.source, &self.shared);
+        let committed = final_commit(&self.source, &self.shared, retry);
         self.gate.arrive();
         self.gate.wait(timeout);
-        self.rebalance_context()
-            .closing
-            .store(true, Ordering::SeqCst);
-        let id = self.stream;
+        let left = self.leave_group(LEAVE_TIMEOUT);
         drop(self.source);
+        // A final commit refused by a rebalance is made good by the commit of the revocation
+        // that leaving the group served (it commits the same points).
+        let committed = match committed {
+            Err(e) if left.committed => {
+                tracing::info!(
+                    stream = id,
+                    "final commit: {e}; committed when the partitions were revoked on leaving"
+                );
+                Ok(left.partitions)
+            }
+            other => other,
+        };
         let n = committed.map_err(|source| StreamError::FinalCommit { stream: id, source })?;
         tracing::info!(
             stream = id,
@@ -840,15 +947,42 @@ impl<'s> Stream<'s> {
     }
 }
 
-/// A third of the consumer's `max.poll.interval.ms` (librdkafka's default: 300 s): a stream
-/// that waits longer than that for the target pauses its partitions and polls again.
-fn stall_limit(settings: &Settings) -> Duration {
-    let max_poll = settings
+/// How long a stopping stream serves the revocation of its partitions after unsubscribing.
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The least time the final commit is retried while the group rebalances.
+const MIN_FINAL_COMMIT_RETRY: Duration = Duration::from_secs(10);
+/// How long no rebalance event may arrive before a stream that unsubscribed closes.
+const LEAVE_QUIET: Duration = Duration::from_millis(100);
+
+/// The consumer's `max.poll.interval.ms` (librdkafka's default: 300 s), the group's
+/// rebalance timeout.
+fn max_poll_interval_ms(settings: &Settings) -> u64 {
+    settings
         .consumer
         .get("max.poll.interval.ms")
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(300_000);
-    Duration::from_millis(max_poll / 3)
+        .unwrap_or(300_000)
+}
+
+/// A third of `max.poll.interval.ms`: a stream that waits longer than that for the target
+/// pauses its partitions and polls again.
+fn stall_limit(settings: &Settings) -> Duration {
+    Duration::from_millis(max_poll_interval_ms(settings) / 3)
+}
+
+/// How long a revocation may wait for the target: four fifths of the group's rebalance
+/// timeout (`max.poll.interval.ms`), leaving the rest to purge, commit and rejoin before the
+/// group gives up on this member.
+fn revoke_flush_limit(settings: &Settings) -> Duration {
+    Duration::from_millis(max_poll_interval_ms(settings) / 5 * 4)
+}
+
+/// How leaving the group went.
+struct Left {
+    /// Every partition the stream held was revoked, and the revocations' commits succeeded.
+    committed: bool,
+    /// How many partitions' offsets those commits carried.
+    partitions: usize,
 }
 
 /// What becomes of one consumed record.

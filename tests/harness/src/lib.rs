@@ -92,6 +92,26 @@ pub fn binary() -> Command {
     Command::new(mirror_binary())
 }
 
+/// The mirror binary run through a wrapper command when one is given: `MIRROR_WRAPPER` in
+/// `env` (one mirror) or in the test's environment (every mirror), split at spaces, e.g.
+/// `valgrind --error-exitcode=99 -q`. The wrapper must run the program in its own process
+/// (as valgrind does), so that signals sent to the child reach the mirror.
+pub fn wrapped_binary(env: &[(&str, &str)]) -> Command {
+    let wrapper = env
+        .iter()
+        .find(|(k, _)| *k == "MIRROR_WRAPPER")
+        .map(|(_, v)| (*v).to_owned())
+        .or_else(|| std::env::var("MIRROR_WRAPPER").ok())
+        .filter(|w| !w.trim().is_empty());
+    let Some(wrapper) = wrapper else {
+        return binary();
+    };
+    let mut words = wrapper.split_whitespace();
+    let mut cmd = Command::new(words.next().expect("a wrapper command"));
+    cmd.args(words).arg(mirror_binary());
+    cmd
+}
+
 impl Mirror {
     pub fn start(consumer: &Path, producer: &Path, whitelist: &str, extra: &[&str]) -> Mirror {
         let log = std::env::var("MIRROR_LOG").unwrap_or_else(|_| "info".into());
@@ -126,7 +146,7 @@ impl Mirror {
     ) -> Mirror {
         let dir = tempdir();
         let log = dir.path().join("stderr.log");
-        let mut cmd = binary();
+        let mut cmd = wrapped_binary(env);
         cmd.arg("--consumer.config")
             .arg(consumer)
             .arg("--producer.config")
