@@ -264,7 +264,7 @@ fn fidelity(version: KafkaVersion) {
     let mut checked = 0;
     for p in 0..PARTITIONS {
         let s = pair.source_records(p);
-        let t = pair.target_records(TOPIC, p);
+        let t = pair.target_records(pair.topic, p);
         assert_eq!(s.len() as i64, end[p as usize]);
         assert!(
             s == t,
@@ -375,7 +375,7 @@ fn a_log_append_time_source_keeps_its_timestamps() {
     let mut checked = 0;
     for p in 0..2 {
         let s = pair.source_records(p);
-        let t = pair.target_records(TOPIC, p);
+        let t = pair.target_records(pair.topic, p);
         assert!(
             s.iter().all(|r| r.timestamp > Some(1_700_000_100_000)),
             "the source did not stamp append times"
@@ -449,7 +449,7 @@ fn a_record_at_the_target_topics_max_message_bytes_is_mirrored() {
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     let configs = topic_configs(&pair.dst(), TOPIC);
     assert!(configs.contains(&("max.message.bytes".into(), "1000000".into())));
-    let (s, t) = (pair.source_records(0), pair.target_records(TOPIC, 0));
+    let (s, t) = (pair.source_records(0), pair.target_records(pair.topic, 0));
     assert!(s == t, "{}", first_difference(&s, &t));
     let target_sizes: Vec<usize> = pair
         .target
@@ -744,7 +744,7 @@ fn transactional_source(check_lag: bool) {
     let after_stop = pair.committed();
     let mut copied = 0;
     for part in 0..PARTITIONS {
-        let t = pair.target_records(TOPIC, part);
+        let t = pair.target_records(pair.topic, part);
         assert!(
             t.iter()
                 .all(|r| r.value.as_deref() == Some(&b"committed"[..])),
@@ -1091,7 +1091,7 @@ fn a_record_the_target_refuses_stops_its_partition_in_abort_mode() {
     let status = mirror.wait(Duration::from_secs(60));
     let log = mirror.log();
     let committed = pair.committed();
-    let target = pair.target_records(TOPIC, 0);
+    let target = pair.target_records(pair.topic, 0);
     let after_refused = target
         .iter()
         .filter(|r| {
