@@ -276,8 +276,10 @@ impl RebalanceContext {
     /// target).
     fn purge_and_rewind(&self, consumer: &MirrorConsumer, released: &[(String, i32)]) {
         let stream = self.shared.stream;
-        self.producer
-            .purge(PurgeConfig::default().queue().inflight());
+        // Only what is queued, not what is in flight: purging a request on the wire breaks
+        // the idempotent producer's sequence, which `enable.gapless.guarantee` (on in abort
+        // mode) turns into a fatal error; a request on the wire lands or fails on its own.
+        self.producer.purge(PurgeConfig::default().queue());
         if let Err(e) = self.producer.flush(PURGE_SETTLE) {
             tracing::warn!(stream, "delivery reports after a purge: {e}");
         }
