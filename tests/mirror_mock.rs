@@ -399,8 +399,9 @@ fn retriable_produce_errors_are_retried_without_loss() {
     wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 2000);
     assert_eq!(mirror.stop().code(), Some(0));
     let c = clusters.compare();
-    assert_eq!((c.lost, c.changed), (0, 0), "{c:?}");
-    assert!(c.in_order, "{c:?}");
+    let log = mirror.log();
+    assert_eq!((c.lost, c.changed), (0, 0), "{c:?}\nlog:\n{log}");
+    assert!(c.in_order, "{c:?}\nlog:\n{log}");
 }
 
 #[test]
