@@ -187,13 +187,7 @@ impl<'s> Stream<'s> {
             match polled {
                 Polled::Nothing => {}
                 Polled::Record(record) => self.mirror(&record),
-                Polled::Error { error, reason } => clients::client_error(
-                    &self.shared.control,
-                    Cluster::Source,
-                    self.stream,
-                    &error,
-                    &reason,
-                ),
+                Polled::Error { error, reason } => self.source_error(&error, &reason),
             }
             let now = Instant::now();
             self.shared.turned(now);
@@ -747,14 +741,19 @@ impl<'s> Stream<'s> {
                     ));
                 }
             }
-            Polled::Error { error, reason } => clients::client_error(
-                &self.shared.control,
-                Cluster::Source,
-                self.stream,
-                &error,
-                &reason,
-            ),
+            Polled::Error { error, reason } => self.source_error(&error, &reason),
         }
+    }
+
+    /// An error the source consumer's poll returned, through the one client-error policy.
+    fn source_error(&self, error: &KafkaError, reason: &str) {
+        clients::client_error(
+            &self.shared.control,
+            Cluster::Source,
+            self.stream,
+            error,
+            reason,
+        );
     }
 
     /// Refreshes the producer's metadata of `target` (librdkafka's cache is otherwise renewed
