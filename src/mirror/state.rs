@@ -239,6 +239,9 @@ pub struct StreamShared {
     /// The target topics found missing, with the source partition of each refused record;
     /// the stream's loop creates them again and rewinds those partitions.
     pub missing_targets: Mutex<Vec<MissingTarget>>,
+    /// The offset mapping's side of this stream (`--offset.mapping true`): segments built
+    /// from delivery reports, and the commit points the store holds.
+    pub mapping: Option<super::store::StreamMapping>,
 }
 
 /// A record refused because its target topic does not exist (any more).
@@ -255,6 +258,7 @@ impl StreamShared {
         control: Arc<Control>,
         stats: Arc<Stats>,
         abort_on_send_failure: bool,
+        mapping: Option<super::store::StreamMapping>,
     ) -> Arc<StreamShared> {
         let shared = Arc::new(StreamShared {
             stream,
@@ -271,6 +275,7 @@ impl StreamShared {
             committed_sync: Default::default(),
             recreatable: std::sync::OnceLock::new(),
             missing_targets: Mutex::default(),
+            mapping,
         });
         shared.stats.streams.register(&shared);
         shared

@@ -214,6 +214,29 @@ pub struct MirrorArgs {
     #[arg(long = "target.cluster.name", value_name = "NAME")]
     pub target_cluster_name: Option<String>,
 
+    /// Record where each copied record landed (segments of source → target offsets) in a
+    /// compacted topic of the target cluster, for `translate` and --sync.group.offsets. Source
+    /// offsets are committed only once their mapping is stored.
+    #[arg(long = "offset.mapping", value_name = "BOOL", default_value = "true", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub offset_mapping: bool,
+
+    /// The offset-mapping topic in the target cluster (default
+    /// mirror-maker.offsets.<--source.cluster.name, or "source">).
+    #[arg(long = "offset.mapping.topic", value_name = "TOPIC")]
+    pub offset_mapping_topic: Option<String>,
+
+    /// Source consumer groups (a regex matched against the whole group name) whose committed
+    /// offsets are translated and committed to the same groups on the target, while those
+    /// have no active members there; never backwards, never the mirror's own group.
+    #[arg(long = "sync.group.offsets", value_name = "REGEX")]
+    pub sync_group_offsets: Option<String>,
+
+    /// How often --sync.group.offsets runs.
+    #[arg(long = "sync.group.offsets.interval.ms", value_name = "MS", default_value_t = defaults::SYNC_GROUP_OFFSETS_INTERVAL_MS,
+          value_parser = clap::value_parser!(u64).range(100..))]
+    pub sync_group_offsets_interval_ms: u64,
+
     /// Serve Prometheus metrics at http://HOST:PORT/metrics, and /health/live and
     /// /health/ready (ready once every stream has its assignment and reaches the target).
     #[arg(long = "metrics.addr", value_name = "HOST:PORT")]
