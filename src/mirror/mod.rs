@@ -14,6 +14,7 @@
 pub mod clients;
 pub mod commit;
 pub mod delivery;
+pub mod groups;
 pub mod mapping;
 pub mod offsets;
 pub mod pipeline;

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::thread;
 
 use super::clients::Cluster;
+use super::groups;
 use super::probe::{probe, Unreachable};
 use super::state::{Control, ShutdownGate, Stats};
 use super::store::MappingStore;
@@ -66,6 +67,15 @@ pub fn run(
     };
     let gate = Arc::new(ShutdownGate::new(settings.num_streams));
     let results: Vec<Result<StreamReport, MirrorError>> = thread::scope(|scope| {
+        if settings.sync_groups.is_some() {
+            let (control, stats) = (control.clone(), stats.clone());
+            thread::Builder::new()
+                .name("group-sync".to_owned())
+                .spawn_scoped(scope, move || {
+                    groups::run_sync(settings, &control, &stats.group_sync)
+                })
+                .expect("spawning the group sync thread");
+        }
         let handles: Vec<_> = (0..settings.num_streams)
             .map(|stream| {
                 let (control, stats) = (control.clone(), stats.clone());

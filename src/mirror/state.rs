@@ -69,6 +69,19 @@ pub struct Stats {
     pub recorded: Recorded,
     /// Every stream of this process, for the operators' side to read.
     pub streams: Streams,
+    /// `--sync.group.offsets`.
+    pub group_sync: SyncStats,
+}
+
+/// `--sync.group.offsets`: what its rounds did, for metrics.
+#[derive(Debug, Default)]
+pub struct SyncStats {
+    /// Groups whose offsets a round committed on the target (counted per round).
+    pub groups_synced: AtomicU64,
+    /// Partitions waiting for the mirror to copy up to their group's offset (last round).
+    pub partitions_waiting: AtomicU64,
+    /// Records the mirror has still to copy before those offsets (last round).
+    pub translation_lag: AtomicU64,
 }
 
 impl Stats {

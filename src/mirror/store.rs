@@ -375,6 +375,13 @@ fn ensure_topic(props: &ClientProps, topic: &str, timeout: Duration) -> Result<(
     if exists {
         return Ok(());
     }
+    let cluster_id = admin.inner().fetch_cluster_id(timeout).unwrap_or_default();
+    if cluster_id.starts_with("mockCluster") {
+        // librdkafka's mock cluster (`demo`, tests) has no CreateTopics; it makes a topic
+        // on the first produce to it.
+        tracing::debug!("offset-mapping topic {topic}: made by the mock cluster on first write");
+        return Ok(());
+    }
     let replication = (metadata.brokers().len() as i32).clamp(1, 3);
     let new_topic = NewTopic::new(topic, 1, TopicReplication::Fixed(replication))
         .set("cleanup.policy", "compact");
@@ -401,13 +408,31 @@ fn ensure_topic(props: &ClientProps, topic: &str, timeout: Duration) -> Result<(
     Ok(())
 }
 
+/// The reader's context: librdkafka's log lines go where the mirror's go, and the end of a
+/// partition (how the reader knows it has read everything) is not an error.
+struct ReaderContext;
+
+impl ClientContext for ReaderContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        clients::librdkafka_log(Cluster::Target, level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_)) {
+            tracing::warn!("offset-mapping reader: {error} ({reason})");
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for ReaderContext {}
+
 /// Reads the whole store topic (committed records only) into an [`OffsetMap`].
 pub fn load(props: &ClientProps, topic: &str, timeout: Duration) -> Result<OffsetMap, StoreError> {
     let read = |reason: String| StoreError::Read {
         topic: topic.to_owned(),
         reason,
     };
-    let consumer: BaseConsumer = props
+    let consumer: BaseConsumer<ReaderContext> = props
         .connection_config()
         .set("group.id", "mirror-maker-offset-mapping-reader")
         .set("enable.auto.commit", "false")
@@ -415,7 +440,7 @@ pub fn load(props: &ClientProps, topic: &str, timeout: Duration) -> Result<Offse
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
         .set("allow.auto.create.topics", "false")
-        .create()
+        .create_with_context(ReaderContext)
         .map_err(|source| StoreError::Client {
             client: "reader",
             source,

@@ -42,6 +42,37 @@ pub enum Command {
     /// unchanged (--target.topic, --partitioning, --loop.prevention decide what is compared). Exit 0 if nothing is missing,
     /// changed, out of order or misplaced (duplicates are reported, not failures), 1 otherwise.
     Verify(Box<VerifyArgs>),
+    /// Translate a source consumer group's committed offsets to target offsets through the
+    /// offset mapping the mirror stores; with --apply, commit them to the same group on the
+    /// target (refused while the group has active members there; never backwards). Exit 0
+    /// when every partition is exact (and, with --apply, committed), 1 when any waits for
+    /// the mirror or cannot be translated, 2 for bad usage.
+    Translate(Box<TranslateArgs>),
+}
+
+/// `translate` takes the mirror's command line (the configs, `--source.cluster.name`,
+/// `--offset.mapping.topic`; `--whitelist` is not needed) and the group.
+#[derive(Debug, Args)]
+#[command(mut_arg("whitelist", |a| a.required(false)))]
+pub struct TranslateArgs {
+    #[command(flatten)]
+    pub mirror: MirrorArgs,
+
+    /// The consumer group to translate (its committed offsets on the source).
+    #[arg(long, value_name = "GROUP", required = true)]
+    pub group: String,
+
+    /// Commit the exact translations to the same group on the target cluster.
+    #[arg(long)]
+    pub apply: bool,
+
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+
+    /// How long each cluster may take to answer.
+    #[arg(long = "timeout.ms", value_name = "MS", default_value_t = 30_000)]
+    pub timeout_ms: u64,
 }
 
 /// `verify` takes the mirror's command line unchanged (its flags after `verify`): the configs,
