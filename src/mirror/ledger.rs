@@ -99,7 +99,8 @@ pub struct StreamMapping {
     written: Mutex<HashMap<(String, i32), i64>>,
     next_flush: Mutex<u64>,
     /// The periodic commit's write, until the target acknowledges it.
-    awaiting: Mutex<Option<u64>>,
+    /// (0: none; flush ids start at 1.) Read on every turn of the stream's loop: an atomic.
+    awaiting: std::sync::atomic::AtomicU64,
 }
 
 impl StreamMapping {
@@ -110,16 +111,16 @@ impl StreamMapping {
             persisted: Arc::default(),
             written: Mutex::default(),
             next_flush: Mutex::new(0),
-            awaiting: Mutex::new(None),
+            awaiting: 0.into(),
         }
     }
 
     pub fn awaiting(&self) -> Option<u64> {
-        *self.awaiting.lock().unwrap_or_else(|e| e.into_inner())
+        Some(self.awaiting.load(Ordering::Acquire)).filter(|&id| id > 0)
     }
 
     pub fn set_awaiting(&self, id: Option<u64>) {
-        *self.awaiting.lock().unwrap_or_else(|e| e.into_inner()) = id;
+        self.awaiting.store(id.unwrap_or(0), Ordering::Release);
     }
 
     pub fn recorder(&self) -> std::sync::MutexGuard<'_, Recorder> {
