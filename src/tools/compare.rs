@@ -167,7 +167,9 @@ pub fn scan(
     Ok(())
 }
 
-fn read_partition_as<T>(
+/// Reads every record of `topic`/`partition` up to its high watermark (as of the start),
+/// each as `f` makes it.
+pub fn read_partition_as<T>(
     bootstrap: &str,
     topic: &str,
     partition: i32,
