@@ -20,7 +20,7 @@ use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::clients::{self, Cluster};
+use super::clients::{self, Cluster, ReaderContext};
 use super::ledger::{Flush, StoreWriter};
 use super::mapping::{OffsetMap, StoreRecord};
 use super::state::Control;
@@ -215,24 +215,6 @@ fn ensure_topic(props: &ClientProps, topic: &str, timeout: Duration) -> Result<(
     }
     Ok(())
 }
-
-/// The reader's context: librdkafka's log lines go where the mirror's go, and the end of a
-/// partition (how the reader knows it has read everything) is not an error.
-struct ReaderContext;
-
-impl ClientContext for ReaderContext {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        clients::librdkafka_log(Cluster::Target, level, fac, message);
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(error, KafkaError::PartitionEOF(_)) {
-            tracing::warn!("offset-mapping reader: {error} ({reason})");
-        }
-    }
-}
-
-impl rdkafka::consumer::ConsumerContext for ReaderContext {}
 
 /// Reads the whole store topic (committed records only) into an [`OffsetMap`].
 pub fn load(props: &ClientProps, topic: &str, timeout: Duration) -> Result<OffsetMap, StoreError> {
