@@ -396,8 +396,11 @@ impl OffsetMap {
     ///
     /// The target offset is one past the last target record copied from a source offset
     /// below `offset` (over every copy: a restart's copy lies after the earlier one), or the
-    /// first copied record's if none is below. It is exact once the mirror has copied up to
-    /// `offset`; before that the group would read again what the mirror copies next.
+    /// start of a copy that begins at `offset` itself if that lies further (a mirror that
+    /// restarts copying exactly at the group's offset: the earlier copy of the records from
+    /// `offset` on lies before it), or the first copied record's if none is below. It is
+    /// exact once the mirror has copied up to `offset`; before that the group would read
+    /// again what the mirror copies next.
     pub fn translate(&self, topic: &str, partition: i32, offset: i64) -> Vec<Translation> {
         let source = (topic.to_owned(), partition);
         let Some(by_target) = self.segments.get(&source) else {
@@ -440,7 +443,7 @@ impl OffsetMap {
                 let segments = &by_target[target];
                 let below = segments
                     .values()
-                    .filter(|s| s.source_offset < offset)
+                    .filter(|s| s.source_offset <= offset)
                     .map(|s| s.target_offset + (offset - s.source_offset).min(s.count))
                     .max();
                 let at = below.unwrap_or_else(|| {
