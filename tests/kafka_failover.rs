@@ -676,7 +676,9 @@ fn wait_copied(f: &Failover, mm2: &mut MirrorMaker2, want: impl Fn(&str, i32) ->
 /// through its synced offsets. It must have copied every record and synced every partition
 /// (else the comparison says nothing); how many records the groups read twice or skip is
 /// printed (a `TRIAL` line, for the README), not asserted: it is MirrorMaker 2's behaviour.
+/// About 2 minutes more: run with `--ignored`.
 #[test]
+#[ignore = "measures Kafka's MirrorMaker 2 for the README (about 2 minutes): cargo test --test kafka_failover -- --ignored"]
 fn mirror_maker_2_on_the_same_scenario() {
     let started = Instant::now();
     let f = scenario_clusters();
@@ -716,75 +718,92 @@ fn mirror_maker_2_on_the_same_scenario() {
     wait_copied(&f, &mut mm2, |t, p| {
         want(t, p) + if t == KILLED { 100 } else { 0 }
     });
-    let all_synced = |group: &str| {
-        f.topics
+    // Until both groups are synced everywhere, or MirrorMaker 2 has written no offset for
+    // 15 s (it translates only through the offset syncs it keeps: some partitions may stay
+    // unsynced).
+    let offsets = || -> Vec<Vec<i64>> {
+        ["app-sync", "app-second"]
             .iter()
-            .all(|(t, _)| f.target_offsets(group, t).iter().all(|o| *o >= 0))
+            .flat_map(|g| f.topics.iter().map(|(t, _)| f.target_offsets(g, t)))
+            .collect()
     };
+    let mut last = (offsets(), Instant::now());
     let deadline = Instant::now() + Duration::from_secs(90);
-    while !(all_synced("app-sync") && all_synced("app-second")) {
+    while !last.0.iter().flatten().all(|o| *o >= 0)
+        && last.1.elapsed() < Duration::from_secs(15)
+        && Instant::now() < deadline
+    {
         assert!(
             mm2.is_running(),
             "MirrorMaker 2 exited; log:\n{}",
             mm2.log(60)
         );
-        assert!(
-            Instant::now() < deadline,
-            "MirrorMaker 2 synced not every partition in 90 s: app-sync {:?}, app-second {:?}; \
-             log:\n{}",
-            f.topics
-                .iter()
-                .map(|(t, _)| (*t, f.target_offsets("app-sync", t)))
-                .collect::<Vec<_>>(),
-            f.topics
-                .iter()
-                .map(|(t, _)| (*t, f.target_offsets("app-second", t)))
-                .collect::<Vec<_>>(),
-            mm2.log(60)
-        );
         std::thread::sleep(Duration::from_millis(500));
+        let now = offsets();
+        if now != last.0 {
+            last = (now, Instant::now());
+        }
     }
     // A few more sync rounds, in case a later checkpoint moves an offset further.
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(Duration::from_secs(3));
     mm2.stop();
     let killed_on_target: Vec<usize> = (0..2)
         .map(|p| read_all(&f.dst(), KILLED, p).len())
         .collect();
-    let mut totals: Vec<(String, usize, usize, usize)> = Vec::new();
+    // Per topic: read twice, skipped, left to read on synced partitions; partitions not
+    // synced and the records left on them.
+    let mut totals: Vec<(String, [usize; 5])> = Vec::new();
     for (group, read) in [("app-sync", &synced), ("app-second", &second)] {
         for (topic, before) in read {
             let n = f.partitions(topic);
             let on_source = group_offsets(&src, group, topic, n);
-            let resumed = resume(&f.dst(), group, topic, n);
+            let on_target = f.target_offsets(group, topic);
+            let i = match totals.iter().position(|t| t.0 == *topic) {
+                Some(i) => i,
+                None => {
+                    totals.push(((*topic).to_owned(), [0; 5]));
+                    totals.len() - 1
+                }
+            };
+            let sums = &mut totals[i].1;
             for p in 0..n as usize {
                 let left = read_from(&src, topic, p as i32, on_source[p]);
-                let r = Resumption::of(&before[p], &left, &resumed[p]);
+                if on_target[p] < 0 {
+                    eprintln!(
+                        "MirrorMaker 2: {group} on {topic}/{p}: source offset {} not synced \
+                         ({} records left)",
+                        on_source[p],
+                        left.len()
+                    );
+                    sums[3] += 1;
+                    sums[4] += left.len();
+                    continue;
+                }
+                let resumed = read_from(&f.dst(), topic, p as i32, on_target[p]);
+                let r = Resumption::of(&before[p], &left, &resumed);
                 eprintln!(
                     "MirrorMaker 2: {group} on {topic}/{p}: source offset {} -> target offset {}: {}",
                     on_source[p],
-                    f.target_offsets(group, topic)[p],
+                    on_target[p],
                     r.summary()
                 );
-                match totals.iter_mut().find(|t| t.0 == *topic) {
-                    Some(t) => {
-                        t.1 += r.read_twice.len();
-                        t.2 += r.lost.len();
-                        t.3 += r.expected;
-                    }
-                    None => totals.push((
-                        (*topic).to_owned(),
-                        r.read_twice.len(),
-                        r.lost.len(),
-                        r.expected,
-                    )),
-                }
+                sums[0] += r.read_twice.len();
+                sums[1] += r.lost.len();
+                sums[2] += r.expected;
             }
         }
     }
+    let partitions: usize = 2 * f.topics.iter().map(|(_, n)| *n as usize).sum::<usize>();
+    let synced_partitions = partitions - totals.iter().map(|t| t.1[3]).sum::<usize>();
     eprintln!(
         "TRIAL failover mirrormaker-2 3.9.2 on kafka 4.4.0 (offset.lag.max 100, checkpoints and \
          sync every 1 s; killed topic {killed_on_target:?} records on the target for 200): \
-         per topic over 2 groups (read twice, skipped, left to read): {totals:?}; {:.0} s",
+         {synced_partitions} of {partitions} partitions synced; per topic over 2 groups [read twice, skipped, left to read on synced partitions, \
+         partitions not synced, records left on them]: {totals:?}; {:.0} s",
         started.elapsed().as_secs_f64()
+    );
+    assert!(
+        synced_partitions > 0,
+        "MirrorMaker 2 synced no partition: the comparison says nothing"
     );
 }
