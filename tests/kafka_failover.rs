@@ -532,6 +532,7 @@ fn the_sync_waits_for_the_mirror_and_leaves_what_the_target_owns() {
     }
 
     // The mirror catches up, syncing every group ('.*' matches its own too).
+    let metrics = free_local_addr();
     let mut mirror = f.mirror(&[
         COMMIT[0],
         COMMIT[1],
@@ -539,6 +540,8 @@ fn the_sync_waits_for_the_mirror_and_leaves_what_the_target_owns() {
         ".*",
         "--sync.group.offsets.interval.ms",
         SYNC_INTERVAL,
+        "--metrics.addr",
+        &metrics,
     ]);
     f.wait_mirrored(&mut mirror);
     f.wait_for(&mut mirror, "app-ahead synced once caught up", || {
@@ -571,8 +574,18 @@ fn the_sync_waits_for_the_mirror_and_leaves_what_the_target_owns() {
                 && f.target_offsets("app-active-848", AHEAD) == [40, 40]
         },
     );
+    let (_, exposition) = http_get(&metrics, "/metrics");
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     let mirror_log = mirror.log();
+    // app-ahead twice, app-back, app-active, app-active-848: at least 5 commits.
+    let synced = metric(&exposition, "mirror_groups_synced_total", "");
+    assert!(synced.is_some_and(|n| n >= 5.0), "{exposition}");
+    for gauge in [
+        "mirror_group_sync_partitions_waiting",
+        "mirror_group_sync_translation_lag",
+    ] {
+        assert_eq!(metric(&exposition, gauge, ""), Some(0.0), "{exposition}");
+    }
     eprintln!(
         "TRIAL failover-sync kafka 4.4.0: waiting reported ({:?}), then synced; while members \
          were active and after app-ahead's second sync: {held:?}; {:.0} s",
@@ -595,6 +608,63 @@ fn the_sync_waits_for_the_mirror_and_leaves_what_the_target_owns() {
     );
     let wrong = f.resumptions("app-ahead", &ahead);
     assert!(wrong.is_empty(), "{wrong:?}");
+
+    // Hash partitioning: each target partition holds records of both source partitions, so
+    // no offset there matches a position in one of them. Refused, not guessed.
+    let hashed = "hashed";
+    f.pair.source.create_topic(hashed, 2, 1, &[]);
+    write_ids(&src, hashed, 2, 0..50);
+    let dir = tempdir();
+    let consumer = write_config(
+        dir.path(),
+        "consumer.toml",
+        &src,
+        &[("group.id", GROUP), ("fetch.wait.max.ms", "10")],
+    );
+    let producer = write_config(dir.path(), "producer.toml", &dst, &[]);
+    let store = ["--offset.mapping.topic", "mirror-maker.offsets.hashed"];
+    let mut mirror = Mirror::start(
+        &consumer,
+        &producer,
+        hashed,
+        &[
+            COMMIT[0],
+            COMMIT[1],
+            "--partitioning",
+            "hash",
+            store[0],
+            store[1],
+        ],
+    );
+    wait_committed(&mut mirror, &src, hashed, 2, 100);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    app_read_and_commit(&src, "app-hashed", hashed, &[20, 20]);
+    let refused = translate(
+        &consumer,
+        &producer,
+        "app-hashed",
+        &[store[0], store[1], "--apply"],
+    );
+    assert_eq!(refused.code, Some(1), "{refused:?}");
+    assert!(!refused.partitions.is_empty(), "{refused:?}");
+    for t in &refused.partitions {
+        assert_eq!(
+            (t.status.as_str(), t.target_offset),
+            ("untranslatable", None),
+            "{refused:?}"
+        );
+        assert!(
+            t.reason
+                .as_deref()
+                .is_some_and(|r| r.contains("several source partitions")),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(
+        group_offsets(&dst, "app-hashed", hashed, 2),
+        [-1, -1],
+        "{refused:?}"
+    );
 }
 
 /// MirrorMaker 2's properties for the scenario: dedicated mode, the identity replication
