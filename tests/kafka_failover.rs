@@ -466,7 +466,9 @@ const AHEAD: &str = "ahead";
 /// A group ahead of the mirror waits, and is synced once the mirror catches up; an active
 /// target group (a classic member, and a KIP-848 member) is left alone by the sync and refused
 /// by `translate --apply`; a target offset already further is not moved back; the mirror's own
-/// group is never synced, even by a regex that matches it.
+/// group is never synced, even by a regex that matches it; a source group of the KIP-848
+/// protocol is synced like a classic one; a hash-partitioned mirror's group is refused as
+/// untranslatable.
 #[test]
 fn the_sync_waits_for_the_mirror_and_leaves_what_the_target_owns() {
     let started = Instant::now();
@@ -531,6 +533,14 @@ fn the_sync_waits_for_the_mirror_and_leaves_what_the_target_owns() {
         assert_eq!(f.target_offsets(group, AHEAD), [-1, -1]);
     }
 
+    // app-848: an application in a KIP-848 group on the source committed as a member.
+    commit_as_member(
+        &src,
+        "app-848",
+        AHEAD,
+        &[(0, 70), (1, 75)],
+        &[("group.protocol", "consumer")],
+    );
     // The mirror catches up, syncing every group ('.*' matches its own too).
     let metrics = free_local_addr();
     let mut mirror = f.mirror(&[
@@ -557,6 +567,7 @@ fn the_sync_waits_for_the_mirror_and_leaves_what_the_target_owns() {
         ("app-active", f.target_offsets("app-active", AHEAD)),
         ("app-active-848", f.target_offsets("app-active-848", AHEAD)),
         (GROUP, f.target_offsets(GROUP, AHEAD)),
+        ("app-848", f.target_offsets("app-848", AHEAD)),
     ];
     // app-back moves forward when its source offset passes its target one.
     app_read_and_commit(&src, "app-back", AHEAD, &[35, 35]);
@@ -603,8 +614,10 @@ fn the_sync_waits_for_the_mirror_and_leaves_what_the_target_owns() {
             ("app-active", vec![-1, -1]),
             ("app-active-848", vec![-1, -1]),
             (GROUP, vec![-1, -1]),
+            ("app-848", vec![70, 75]),
         ],
-        "the sync moved app-back back, wrote an active group or the mirror's own; log:\n{mirror_log}"
+        "the sync moved app-back back, wrote an active group or the mirror's own, or missed a \
+         source group of the KIP-848 protocol; log:\n{mirror_log}"
     );
     let wrong = f.resumptions("app-ahead", &ahead);
     assert!(wrong.is_empty(), "{wrong:?}");

@@ -230,6 +230,56 @@ pub fn commit_offsets(bootstrap: &str, group: &str, topic: &str, offsets: &[(i32
         .unwrap_or_else(|e| panic!("committing {offsets:?} of {topic} to {group}: {e}"));
 }
 
+/// Commits these offsets of `topic` to `group` as a member of it: subscribes (with `extra`
+/// settings, e.g. `group.protocol=consumer` for a KIP-848 group), waits for every listed
+/// partition, commits, and leaves.
+pub fn commit_as_member(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    offsets: &[(i32, i64)],
+    extra: &[(&str, &str)],
+) {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("log_level", "3");
+    for (k, v) in extra {
+        config.set(*k, *v);
+    }
+    let consumer: BaseConsumer = config.create().expect("a consumer");
+    consumer
+        .subscribe(&[topic])
+        .unwrap_or_else(|e| panic!("subscribing {group} to {topic}: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let _ = consumer.poll(Duration::from_millis(100));
+        let assigned = consumer.assignment().unwrap_or_default();
+        if offsets
+            .iter()
+            .all(|(p, _)| assigned.find_partition(topic, *p).is_some())
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{group} got no partitions {offsets:?} of {topic} within 60 s"
+        );
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (p, o) in offsets {
+        tpl.add_partition_offset(topic, *p, Offset::Offset(*o))
+            .expect("an offset");
+    }
+    consumer.commit(&tpl, CommitMode::Sync).unwrap_or_else(|e| {
+        panic!("committing {offsets:?} of {topic} as a member of {group}: {e}")
+    });
+    consumer.unsubscribe();
+    let _ = consumer.poll(Duration::from_millis(500));
+}
+
 /// An application in consumer group `group`: on each partition `p` of `topic` it reads
 /// `counts[p]` records from the group's committed offset (the partition's start when none),
 /// then commits the offset after the last one it read (the start offset when it read none)
