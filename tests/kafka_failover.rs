@@ -810,8 +810,17 @@ fn mirror_maker_2_on_the_same_scenario() {
             .flat_map(|g| f.topics.iter().map(|(t, _)| f.target_offsets(g, t)))
             .collect()
     };
-    let mut last = (offsets(), Instant::now());
+    // Its first checkpoints come once its connectors run: the quiet time counts from there.
     let deadline = Instant::now() + Duration::from_secs(90);
+    while !offsets().iter().flatten().any(|o| *o >= 0) && Instant::now() < deadline {
+        assert!(
+            mm2.is_running(),
+            "MirrorMaker 2 exited; log:\n{}",
+            mm2.log(60)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let mut last = (offsets(), Instant::now());
     while !last.0.iter().flatten().all(|o| *o >= 0)
         && last.1.elapsed() < Duration::from_secs(15)
         && Instant::now() < deadline
