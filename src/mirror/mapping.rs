@@ -453,8 +453,9 @@ impl OffsetMap {
     ///
     /// The target offset is one past the last target record copied from a source offset
     /// below `offset` (over every copy: a restart's copy lies after the earlier one), or the
-    /// first copied record's if none is below. It is exact once the mirror has copied up to
-    /// `offset`; before that the group would read again what the mirror copies next.
+    /// start of a copy that begins at `offset` (see [`recopy_start`]) if that lies further,
+    /// or the first copied record's if none is below. It is exact once the mirror has copied
+    /// up to `offset`; before that the group would read again what the mirror copies next.
     pub fn translate(&self, topic: &str, partition: i32, offset: i64) -> Vec<Translation> {
         let source = (topic.to_owned(), partition);
         let Some(by_target) = self.segments.get(&source) else {

@@ -3,6 +3,7 @@
 //! process, and what tests read back (committed offsets, records). A crate of its own, so
 //! that each test file uses what it needs and nothing is compiled as dead code.
 
+pub mod failover;
 pub mod kafka;
 
 use std::io::Read;
