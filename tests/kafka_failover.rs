@@ -621,6 +621,11 @@ fn the_sync_waits_for_the_mirror_and_leaves_what_the_target_owns() {
     );
     let wrong = f.resumptions("app-ahead", &ahead);
     assert!(wrong.is_empty(), "{wrong:?}");
+    // translate --apply never moves a target offset back either.
+    commit_offsets(&dst, "app-back", AHEAD, &[(0, 120), (1, 120)]);
+    let kept = f.translate("app-back", &["--apply"]);
+    assert_eq!(kept.code, Some(0), "{kept:?}");
+    assert_eq!(f.target_offsets("app-back", AHEAD), [120, 120], "{kept:?}");
 
     // Hash partitioning: each target partition holds records of both source partitions, so
     // no offset there matches a position in one of them. Refused, not guessed.
