@@ -15,7 +15,8 @@
 //!    time; the other module allowed `unsafe`.
 //! 3. [`settings`]: [`settings::flags`] (the command line as typed), [`settings::client`]
 //!    (librdkafka properties from TOML or `.properties` files, the no-data-loss rules),
-//!    [`settings::java`] (what Java client keys become in librdkafka), [`settings::routing`] (whitelist, target-topic template, provenance), validated into
+//!    [`settings::java`] (what Java client keys become in librdkafka), [`settings::routing`] (whitelist, target-topic template, provenance),
+//!    [`settings::exactly_once`] (what `--exactly.once true` needs), validated into
 //!    [`settings::Settings`] before any broker is contacted.
 //! 4. [`mirror`]: the data path: [`mirror::pipeline`] → [`mirror::stream`] (consume, route,
 //!    produce) → [`mirror::delivery`] → [`mirror::offsets`] → [`mirror::commit`];

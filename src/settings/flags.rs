@@ -240,6 +240,25 @@ pub struct MirrorArgs {
         default_value_t = defaults::STARTUP_TIMEOUT_MS
     )]
     pub startup_timeout_ms: u64,
+
+    /// Exactly once: each stream copies in target transactions that also record the source
+    /// progress in the offset-mapping topic; a read_committed reader of the target sees each
+    /// source record once, through crashes, rebalances and paused (zombie) instances.
+    #[arg(long = "exactly.once", value_name = "BOOL", default_value_t = defaults::EXACTLY_ONCE, num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub exactly_once: bool,
+
+    /// With --exactly.once true: how long one target transaction collects records before it
+    /// is committed (shorter: fresher for read_committed readers; longer: fewer commits).
+    #[arg(long = "transaction.interval.ms", value_name = "MS", default_value_t = defaults::TRANSACTION_INTERVAL_MS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub transaction_interval_ms: u64,
+
+    /// With --exactly.once true: this instance's name in its transactional ids
+    /// (<group.id>-<instance id>-<stream>); unique among the instances of a group. Default:
+    /// the host name.
+    #[arg(long = "instance.id", value_name = "NAME")]
+    pub instance_id: Option<String>,
 }
 
 /// `verify --until`: where each source partition's checked range ends.

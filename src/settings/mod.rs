@@ -3,6 +3,7 @@
 //! Everything a user can get wrong is found here, before any broker is contacted.
 
 pub mod client;
+pub mod exactly_once;
 pub mod flags;
 pub mod java;
 pub mod routing;
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use crate::plugin::{HandlerPlugin, ListenerPlugin, PluginError};
 use client::{ClientProps, ConfigError, Role};
+use exactly_once::ExactlyOnce;
 use flags::{MirrorArgs, Partitioning};
 use routing::{Provenance, TopicFilter, TopicTemplate};
 
@@ -27,6 +29,8 @@ pub mod defaults {
     pub const SHUTDOWN_TIMEOUT_MS: u64 = 30_000;
     pub const TOPIC_REFRESH_INTERVAL_MS: u64 = 30_000;
     pub const STARTUP_TIMEOUT_MS: u64 = 30_000;
+    pub const EXACTLY_ONCE: bool = false;
+    pub const TRANSACTION_INTERVAL_MS: u64 = 100;
     /// Topic configs copied from a source topic onto the target topic made for it. Not
     /// `message.timestamp.type`: a LogAppendTime target topic would stamp its own append time
     /// over the source's, which the mirror copies as each record's timestamp.
@@ -84,6 +88,8 @@ pub struct Settings {
     pub provenance: Option<Provenance>,
     /// `--create.topics`: the topic configs to copy, or `None` not to create topics.
     pub create_topics: Option<String>,
+    /// `--exactly.once true`: each stream copies in target transactions.
+    pub exactly_once: Option<ExactlyOnce>,
 }
 
 /// The producer queue we configure unless the user chose: small enough that memory stays
@@ -127,6 +133,9 @@ impl Settings {
                 .as_deref()
                 .ok_or_else(|| missing("--producer.config"))?,
         )?;
+        exactly_once::refuse_user_transactional_id(&producer)?;
+        let exactly_once =
+            exactly_once::from_args(args, &consumer, &producer, exactly_once::host_name)?;
         let mut settings = Settings::new(
             consumer,
             producer,
@@ -142,6 +151,10 @@ impl Settings {
                 startup_timeout: Duration::from_millis(args.startup_timeout_ms),
             },
         )?;
+        if let Some(eo) = exactly_once {
+            exactly_once::producer_props(&mut settings.producer);
+            settings.exactly_once = Some(eo);
+        }
         settings.create_topics = args
             .create_topics
             .then(|| args.create_topics_configs.clone());
@@ -239,6 +252,7 @@ impl Settings {
             target_topic: TopicTemplate::default(),
             provenance: None,
             create_topics: None,
+            exactly_once: None,
         })
     }
 }
