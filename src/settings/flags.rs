@@ -40,7 +40,8 @@ pub enum Command {
     Check(Box<MirrorArgs>),
     /// Compare source topics with their mirror record by record; takes the mirror's flags
     /// unchanged (--target.topic, --partitioning, --loop.prevention decide what is compared). Exit 0 if nothing is missing,
-    /// changed, out of order or misplaced (duplicates are reported, not failures), 1 otherwise.
+    /// changed, out of order or misplaced (duplicates are reported, not failures, unless
+    /// --exactly.once: then each is named and fails the check), 1 otherwise.
     Verify(Box<VerifyArgs>),
 }
 
@@ -76,6 +77,32 @@ pub struct VerifyArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+
+    /// How both clusters are read: read_committed (librdkafka's default) skips the records
+    /// of aborted and still open transactions, as the target's transactional readers do;
+    /// read_uncommitted shows them too. With --exactly.once, duplicates fail the check.
+    #[arg(long = "isolation", value_enum, default_value_t = Isolation::ReadCommitted)]
+    pub isolation: Isolation,
+}
+
+/// `verify --isolation`: the `isolation.level` of both readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    #[value(name = "read_committed")]
+    ReadCommitted,
+    #[value(name = "read_uncommitted")]
+    ReadUncommitted,
+}
+
+impl Isolation {
+    /// The value of librdkafka's `isolation.level`.
+    pub fn level(self) -> &'static str {
+        match self {
+            Isolation::ReadCommitted => "read_committed",
+            Isolation::ReadUncommitted => "read_uncommitted",
+        }
+    }
 }
 
 #[derive(Debug, Args)]
