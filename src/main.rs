@@ -12,9 +12,11 @@ use clap::Parser;
 use mirror_maker::mirror::pipeline;
 use mirror_maker::mirror::state::{Control, Stats};
 use mirror_maker::ops::{health, logging, notify, progress};
-use mirror_maker::settings::flags::{Cli, Command, LogFormat, MirrorArgs, VerifyArgs};
+use mirror_maker::settings::flags::{
+    Cli, Command, LogFormat, MirrorArgs, TranslateArgs, VerifyArgs,
+};
 use mirror_maker::settings::Settings;
-use mirror_maker::tools::{check, demo, verify};
+use mirror_maker::tools::{check, demo, translate, verify};
 
 /// How a run ended, when it ended without an error of its own.
 enum Outcome {
@@ -73,6 +75,7 @@ fn run() -> Result<Outcome, Failure> {
         },
         Some(Command::Verify(args)) => run_verify(&args),
         Some(Command::Check(args)) => run_check(&args),
+        Some(Command::Translate(args)) => run_translate(&args),
         None => run_mirror(&cli.mirror),
     }
 }
@@ -138,6 +141,23 @@ fn run_verify(args: &VerifyArgs) -> Result<Outcome, Failure> {
         print!("{}", report.render());
     }
     Ok(if report.ok {
+        Outcome::Success
+    } else {
+        Outcome::Failed
+    })
+}
+
+fn run_translate(args: &TranslateArgs) -> Result<Outcome, Failure> {
+    let translate = translate::Translate::from_args(args).map_err(usage)?;
+    let report = translate.run().map_err(runtime)?;
+    if args.json {
+        let json = serde_json::to_string_pretty(&report)
+            .map_err(|e| runtime(format!("cannot write the result as JSON: {e}")))?;
+        println!("{json}");
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(if report.ok() {
         Outcome::Success
     } else {
         Outcome::Failed

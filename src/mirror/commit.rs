@@ -21,6 +21,17 @@ pub fn commit_sync<C: ConsumerContext>(
     shared: &StreamShared,
     only: Option<&[(String, i32)]>,
 ) -> KafkaResult<usize> {
+    if let Some(mapping) = &shared.mapping {
+        let id = persist(shared, only);
+        if !mapping.wait(id, PERSIST_TIMEOUT) {
+            tracing::warn!(
+                stream = shared.stream,
+                "the offset mapping was not stored in topic {} within {PERSIST_TIMEOUT:?}; \
+                 committing only offsets whose mapping is stored",
+                mapping.topic()
+            );
+        }
+    }
     let Some((tpl, points)) = commit_list(shared, only)? else {
         return Ok(0);
     };
@@ -47,11 +58,66 @@ pub fn commit_sync<C: ConsumerContext>(
 /// Commits the acknowledged offsets of every tracked partition without waiting (the
 /// periodic commit); the result comes back through the consumer context's
 /// `commit_callback`, which calls [`committed`].
+///
+/// With the offset mapping, the commit waits for the mapping: this stores it, and
+/// [`commit_stored`] commits once the target acknowledged it.
 pub fn commit_async<C: ConsumerContext>(
     source: &Source<C>,
     shared: &StreamShared,
 ) -> KafkaResult<usize> {
     follow_positions(source.consumer(), shared);
+    if let Some(mapping) = &shared.mapping {
+        if mapping.awaiting().is_none() {
+            let id = persist(shared, None);
+            mapping.set_awaiting(Some(id));
+        }
+        return commit_stored(source, shared);
+    }
+    send_commit(source, shared)
+}
+
+/// Commits, without waiting, the points whose mapping the store acknowledged since the last
+/// periodic commit; nothing while that write is still on its way. Called on every turn of
+/// the stream's loop (a lock and a comparison when there is nothing to do).
+pub fn commit_stored<C: ConsumerContext>(
+    source: &Source<C>,
+    shared: &StreamShared,
+) -> KafkaResult<usize> {
+    let Some(mapping) = &shared.mapping else {
+        return Ok(0);
+    };
+    match mapping.awaiting() {
+        Some(id) if mapping.is_done(id) => {
+            mapping.set_awaiting(None);
+            send_commit(source, shared)
+        }
+        _ => Ok(0),
+    }
+}
+
+/// Writes the tracker's commit points (of `only` these partitions, or all) and the segments
+/// below them to the offset-mapping store; returns the write's id.
+fn persist(shared: &StreamShared, only: Option<&[(String, i32)]>) -> u64 {
+    let Some(mapping) = &shared.mapping else {
+        return 0;
+    };
+    // One moment for both: the segments cover every record below the points (delivery
+    // reports update the two under the tracker's lock).
+    let (points, segments) = {
+        let tracker = shared.tracker();
+        let points = match only {
+            Some(partitions) => tracker.commit_points_of(partitions),
+            None => tracker.commit_points(),
+        };
+        (points, mapping.recorder().take_dirty())
+    };
+    mapping.persist(points, segments)
+}
+
+fn send_commit<C: ConsumerContext>(
+    source: &Source<C>,
+    shared: &StreamShared,
+) -> KafkaResult<usize> {
     let Some((tpl, points)) = commit_list(shared, None)? else {
         return Ok(0);
     };
@@ -92,6 +158,18 @@ fn commit_list(
             Some(partitions) => tracker.commit_points_of(partitions),
             None => tracker.commit_points(),
         }
+    };
+    // With the offset mapping, a point is committed only as far as the store holds it.
+    let points: Vec<CommitPoint> = match &shared.mapping {
+        None => points,
+        Some(mapping) => points
+            .into_iter()
+            .filter_map(|mut p| {
+                let stored = mapping.persisted_point(&p.topic, p.partition)?;
+                p.offset = p.offset.min(stored);
+                Some(p)
+            })
+            .collect(),
     };
     if points.is_empty() {
         return Ok(None);
@@ -156,6 +234,9 @@ pub fn final_commit<C: ConsumerContext>(
         }
     }
 }
+
+/// How long a synchronous commit waits for the offset mapping to be stored.
+const PERSIST_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn is_retriable_commit_error(e: &KafkaError) -> bool {
     matches!(

@@ -188,14 +188,28 @@ impl ProducerContext for DeliveryContext {
     fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
         let ticket = Ticket::from_opaque(opaque);
         match result {
-            Ok(_) => {
+            Ok(delivered) => {
                 Stats::add(&self.shared.stats.acknowledged, 1);
                 // Latency runs from the source record's timestamp (kept by the tracker): the
                 // report's own timestamp may be the target broker's log-append time.
-                let acked = match self.shared.tracker().ack(ticket) {
-                    Outcome::Recorded(source) => Some(source.timestamp),
+                let mut tracker = self.shared.tracker();
+                let acked = match tracker.ack(ticket) {
+                    Outcome::Recorded(source) => {
+                        if let Some(mapping) = &self.shared.mapping {
+                            // Under the tracker's lock: a commit point and the segments below
+                            // it are taken together.
+                            mapping.recorder().acked(
+                                (source.topic, source.partition),
+                                source.offset,
+                                (delivered.topic(), delivered.partition()),
+                                delivered.offset(),
+                            );
+                        }
+                        Some(source.timestamp)
+                    }
                     Outcome::Stale => None,
                 };
+                drop(tracker);
                 match acked {
                     Some(Some(t)) => self.shared.stats.recorded.observe_latency(t),
                     Some(None) => {}

@@ -14,11 +14,14 @@
 pub mod clients;
 pub mod commit;
 pub mod delivery;
+pub mod groups;
+pub mod mapping;
 pub mod offsets;
 pub mod pipeline;
 pub mod probe;
 pub mod rebalance;
 pub mod state;
+pub mod store;
 pub mod stream;
 pub mod target;
 pub mod topics;

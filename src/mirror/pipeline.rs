@@ -4,8 +4,10 @@ use std::sync::Arc;
 use std::thread;
 
 use super::clients::Cluster;
+use super::groups;
 use super::probe::{probe, Unreachable};
 use super::state::{Control, ShutdownGate, Stats};
+use super::store::MappingStore;
 use super::stream::{Stream, StreamError, StreamReport};
 use super::topics::TopicCreator;
 use crate::settings::flags::Partitioning;
@@ -51,16 +53,39 @@ pub fn run(
         topics.len()
     );
     let creator = topic_creator(settings)?;
+    let store = match &settings.offset_mapping {
+        Some(topic) => Some(Arc::new(
+            MappingStore::open(
+                &settings.producer,
+                topic,
+                control.clone(),
+                settings.startup_timeout,
+            )
+            .map_err(|e| MirrorError::Fatal(e.to_string()))?,
+        )),
+        None => None,
+    };
     let gate = Arc::new(ShutdownGate::new(settings.num_streams));
     let results: Vec<Result<StreamReport, MirrorError>> = thread::scope(|scope| {
+        if settings.sync_groups.is_some() {
+            let (control, stats) = (control.clone(), stats.clone());
+            thread::Builder::new()
+                .name("group-sync".to_owned())
+                .spawn_scoped(scope, move || {
+                    groups::run_sync(settings, &control, &stats.group_sync)
+                })
+                .expect("spawning the group sync thread");
+        }
         let handles: Vec<_> = (0..settings.num_streams)
             .map(|stream| {
                 let (control, stats) = (control.clone(), stats.clone());
                 let (topics, gate, creator) = (topics.clone(), gate.clone(), creator.clone());
+                let store = store.clone();
                 let handle = thread::Builder::new()
                     .name(format!("stream-{stream}"))
                     .spawn_scoped(scope, move || {
-                        run_stream(stream, settings, control, stats, gate, creator, topics)
+                        let clients = StreamClients { creator, store };
+                        run_stream(stream, settings, control, stats, gate, clients, topics)
                     })
                     .expect("spawning a stream thread");
                 (stream, handle)
@@ -96,6 +121,12 @@ pub fn run(
     }
 }
 
+/// The process-wide clients a stream uses besides its own consumer and producer.
+struct StreamClients {
+    creator: Option<Arc<TopicCreator>>,
+    store: Option<Arc<MappingStore>>,
+}
+
 /// One stream's thread: made, run, and reported. One stream failing stops all of them.
 fn run_stream(
     stream: usize,
@@ -103,7 +134,7 @@ fn run_stream(
     control: Arc<Control>,
     stats: Arc<Stats>,
     gate: Arc<ShutdownGate>,
-    creator: Option<Arc<TopicCreator>>,
+    clients: StreamClients,
     topics: Vec<String>,
 ) -> Result<StreamReport, MirrorError> {
     let result = match Stream::new(
@@ -112,7 +143,8 @@ fn run_stream(
         control.clone(),
         stats,
         gate.clone(),
-        creator,
+        clients.creator,
+        clients.store,
     ) {
         Ok(s) => s.run(topics),
         Err(e) => {

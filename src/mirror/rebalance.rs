@@ -173,6 +173,9 @@ impl RebalanceContext {
             tracker.release(topic, *partition);
             committed.remove(&(topic.clone(), *partition));
         }
+        if let Some(mapping) = &self.shared.mapping {
+            mapping.forget(partitions);
+        }
     }
 
     /// Those of `partitions` whose commit point is past what their last synchronous commit

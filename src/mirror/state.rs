@@ -69,6 +69,19 @@ pub struct Stats {
     pub recorded: Recorded,
     /// Every stream of this process, for the operators' side to read.
     pub streams: Streams,
+    /// `--sync.group.offsets`.
+    pub group_sync: SyncStats,
+}
+
+/// `--sync.group.offsets`: what its rounds did, for metrics.
+#[derive(Debug, Default)]
+pub struct SyncStats {
+    /// Groups whose offsets a round committed on the target (counted per round).
+    pub groups_synced: AtomicU64,
+    /// Partitions waiting for the mirror to copy up to their group's offset (last round).
+    pub partitions_waiting: AtomicU64,
+    /// Records the mirror has still to copy before those offsets (last round).
+    pub translation_lag: AtomicU64,
 }
 
 impl Stats {
@@ -239,6 +252,9 @@ pub struct StreamShared {
     /// The target topics found missing, with the source partition of each refused record;
     /// the stream's loop creates them again and rewinds those partitions.
     pub missing_targets: Mutex<Vec<MissingTarget>>,
+    /// The offset mapping's side of this stream (`--offset.mapping true`): segments built
+    /// from delivery reports, and the commit points the store holds.
+    pub mapping: Option<super::store::StreamMapping>,
 }
 
 /// A record refused because its target topic does not exist (any more).
@@ -255,6 +271,7 @@ impl StreamShared {
         control: Arc<Control>,
         stats: Arc<Stats>,
         abort_on_send_failure: bool,
+        mapping: Option<super::store::StreamMapping>,
     ) -> Arc<StreamShared> {
         let shared = Arc::new(StreamShared {
             stream,
@@ -271,6 +288,7 @@ impl StreamShared {
             committed_sync: Default::default(),
             recreatable: std::sync::OnceLock::new(),
             missing_targets: Mutex::default(),
+            mapping,
         });
         shared.stats.streams.register(&shared);
         shared

@@ -14,12 +14,13 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{Producer, PurgeConfig};
 
 use super::clients::{self, Cluster};
-use super::commit::{commit_async, final_commit, follow_positions};
+use super::commit::{commit_async, commit_stored, final_commit, follow_positions};
 use super::delivery::{DeliveryContext, MirrorProducer};
 use super::offsets::Ticket;
 use super::probe::matching_topics;
 use super::rebalance::{MirrorConsumer, MirrorSource, RebalanceContext};
 use super::state::{Control, ShutdownGate, Stats, StreamShared};
+use super::store::{MappingStore, StreamMapping};
 use super::target::TargetNames;
 use super::topics::TopicCreator;
 use crate::native::cached_low_watermark;
@@ -96,9 +97,16 @@ impl<'s> Stream<'s> {
         stats: Arc<Stats>,
         gate: Arc<ShutdownGate>,
         topics: Option<Arc<TopicCreator>>,
+        store: Option<Arc<MappingStore>>,
     ) -> Result<Stream<'s>, StreamError> {
         let id = stream;
-        let shared = StreamShared::new(stream, control, stats, settings.abort_on_send_failure);
+        let shared = StreamShared::new(
+            stream,
+            control,
+            stats,
+            settings.abort_on_send_failure,
+            store.map(StreamMapping::new),
+        );
         let producer: MirrorProducer = settings
             .producer
             .client_config()
@@ -195,6 +203,9 @@ impl<'s> Stream<'s> {
                 // A failure is counted and logged where its result arrives (`committed`).
                 let _ = commit_async(&self.source, &self.shared);
                 next_commit = now + self.settings.commit_interval;
+            } else {
+                // The offset mapping acknowledged since the timer: commit what it holds.
+                let _ = commit_stored(&self.source, &self.shared);
             }
             if now >= next_refresh {
                 self.refresh_topics();

@@ -194,6 +194,11 @@ impl Collector for StreamCollector {
                 "Rebalances (assignments and revocations) seen by the streams",
                 Stats::get(&stats.rebalances),
             ),
+            (
+                "mirror_groups_synced",
+                "Times --sync.group.offsets committed a group's translated offsets on the target",
+                Stats::get(&stats.group_sync.groups_synced),
+            ),
         ];
         for (name, help, value) in totals {
             let counter = ConstCounter::new(value);
@@ -211,6 +216,22 @@ impl Collector for StreamCollector {
             None,
             assigned.metric_type(),
         )?)?;
+        let sync_gauges = [
+            (
+                "mirror_group_sync_partitions_waiting",
+                "Group partitions whose offset the mirror has not copied up to yet (last sync)",
+                &stats.group_sync.partitions_waiting,
+            ),
+            (
+                "mirror_group_sync_translation_lag",
+                "Records the mirror has still to copy before those groups' offsets (last sync)",
+                &stats.group_sync.translation_lag,
+            ),
+        ];
+        for (name, help, value) in sync_gauges {
+            let gauge = ConstGauge::new(Stats::get(value) as i64);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
         let uptime = ConstGauge::new(stats.recorded.started.elapsed().as_secs_f64());
         uptime.encode(encoder.encode_descriptor(
             "mirror_uptime_seconds",

@@ -43,6 +43,37 @@ pub enum Command {
     /// changed, out of order or misplaced (duplicates are reported, not failures, unless
     /// --exactly.once: then each is named and fails the check), 1 otherwise.
     Verify(Box<VerifyArgs>),
+    /// Translate a source consumer group's committed offsets to target offsets through the
+    /// offset mapping the mirror stores; with --apply, commit them to the same group on the
+    /// target (refused while the group has active members there; never backwards). Exit 0
+    /// when every partition is exact (and, with --apply, committed), 1 when any waits for
+    /// the mirror or cannot be translated, 2 for bad usage.
+    Translate(Box<TranslateArgs>),
+}
+
+/// `translate` takes the mirror's command line (the configs, `--source.cluster.name`,
+/// `--offset.mapping.topic`; `--whitelist` is not needed) and the group.
+#[derive(Debug, Args)]
+#[command(mut_arg("whitelist", |a| a.required(false)))]
+pub struct TranslateArgs {
+    #[command(flatten)]
+    pub mirror: MirrorArgs,
+
+    /// The consumer group to translate (its committed offsets on the source).
+    #[arg(long, value_name = "GROUP", required = true)]
+    pub group: String,
+
+    /// Commit the exact translations to the same group on the target cluster.
+    #[arg(long)]
+    pub apply: bool,
+
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+
+    /// How long each cluster may take to answer.
+    #[arg(long = "timeout.ms", value_name = "MS", default_value_t = 30_000)]
+    pub timeout_ms: u64,
 }
 
 /// `verify` takes the mirror's command line unchanged (its flags after `verify`): the configs,
@@ -240,6 +271,29 @@ pub struct MirrorArgs {
     /// This mirror's target cluster: records that came from it are not mirrored back.
     #[arg(long = "target.cluster.name", value_name = "NAME")]
     pub target_cluster_name: Option<String>,
+
+    /// Record where each copied record landed (segments of source → target offsets) in a
+    /// compacted topic of the target cluster, for `translate` and --sync.group.offsets. Source
+    /// offsets are committed only once their mapping is stored.
+    #[arg(long = "offset.mapping", value_name = "BOOL", default_value = "true", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub offset_mapping: bool,
+
+    /// The offset-mapping topic in the target cluster (default
+    /// mirror-maker.offsets.<--source.cluster.name, or "source">).
+    #[arg(long = "offset.mapping.topic", value_name = "TOPIC")]
+    pub offset_mapping_topic: Option<String>,
+
+    /// Source consumer groups (a regex matched against the whole group name) whose committed
+    /// offsets are translated and committed to the same groups on the target, while those
+    /// have no active members there; never backwards, never the mirror's own group.
+    #[arg(long = "sync.group.offsets", value_name = "REGEX")]
+    pub sync_group_offsets: Option<String>,
+
+    /// How often --sync.group.offsets runs.
+    #[arg(long = "sync.group.offsets.interval.ms", value_name = "MS", default_value_t = defaults::SYNC_GROUP_OFFSETS_INTERVAL_MS,
+          value_parser = clap::value_parser!(u64).range(100..))]
+    pub sync_group_offsets_interval_ms: u64,
 
     /// Serve Prometheus metrics at http://HOST:PORT/metrics, and /health/live and
     /// /health/ready (ready once every stream has its assignment and reaches the target).

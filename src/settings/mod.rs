@@ -31,6 +31,15 @@ pub mod defaults {
     pub const STARTUP_TIMEOUT_MS: u64 = 30_000;
     pub const EXACTLY_ONCE: bool = false;
     pub const TRANSACTION_INTERVAL_MS: u64 = 100;
+    pub const SYNC_GROUP_OFFSETS_INTERVAL_MS: u64 = 10_000;
+
+    /// The offset-mapping topic unless `--offset.mapping.topic` names one.
+    pub fn offset_mapping_topic(source_cluster_name: Option<&str>) -> String {
+        format!(
+            "mirror-maker.offsets.{}",
+            source_cluster_name.unwrap_or("source")
+        )
+    }
     /// Topic configs copied from a source topic onto the target topic made for it. Not
     /// `message.timestamp.type`: a LogAppendTime target topic would stamp its own append time
     /// over the source's, which the mirror copies as each record's timestamp.
@@ -90,6 +99,17 @@ pub struct Settings {
     pub create_topics: Option<String>,
     /// `--exactly.once true`: each stream copies in target transactions.
     pub exactly_once: Option<ExactlyOnce>,
+    /// The offset-mapping topic in the target cluster, or `None` (`--offset.mapping false`).
+    pub offset_mapping: Option<String>,
+    /// `--sync.group.offsets`: which source groups to sync to the target, and how often.
+    pub sync_groups: Option<GroupSync>,
+}
+
+/// `--sync.group.offsets REGEX` and its interval.
+#[derive(Debug, Clone)]
+pub struct GroupSync {
+    pub groups: regex::Regex,
+    pub interval: Duration,
 }
 
 /// The producer queue we configure unless the user chose: small enough that memory stays
@@ -168,6 +188,30 @@ impl Settings {
                 )
                 .map_err(SettingsError::Usage)?,
             );
+        }
+        settings.offset_mapping = args.offset_mapping.then(|| {
+            args.offset_mapping_topic.clone().unwrap_or_else(|| {
+                defaults::offset_mapping_topic(args.source_cluster_name.as_deref())
+            })
+        });
+        if let Some(given) = &args.sync_group_offsets {
+            if settings.offset_mapping.is_none() {
+                return Err(SettingsError::Usage(
+                    "--sync.group.offsets translates through the offset mapping: it cannot run \
+                     with --offset.mapping false"
+                        .to_owned(),
+                ));
+            }
+            let groups = regex::Regex::new(&format!("^(?:{given})$")).map_err(|e| {
+                SettingsError::Usage(format!(
+                    "--sync.group.offsets {given:?} is not a valid regex: {}",
+                    e.to_string().lines().last().unwrap_or_default().trim()
+                ))
+            })?;
+            settings.sync_groups = Some(GroupSync {
+                groups,
+                interval: Duration::from_millis(args.sync_group_offsets_interval_ms),
+            });
         }
         // Plugins last: loading runs their code, so only once everything else is valid.
         if let Some(path) = &args.message_handler {
@@ -253,6 +297,8 @@ impl Settings {
             provenance: None,
             create_topics: None,
             exactly_once: None,
+            offset_mapping: Some(defaults::offset_mapping_topic(None)),
+            sync_groups: None,
         })
     }
 }

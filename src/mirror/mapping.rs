@@ -1,0 +1,599 @@
+//! The offset mapping: which target offset each copied source record landed at, kept as
+//! segments, and the translation of a consumer group's source offsets through it.
+//!
+//! Every delivery report names the target offset of one copied record. Per pair of source
+//! partition and target partition, consecutive reports that advance both offsets by one extend
+//! a [`Segment`]; anything else (a gap in the source offsets, a restart that copies records
+//! again, another writer on the target partition) starts a new one. A long run costs a few
+//! segments.
+//!
+//! The mapping lives in a compacted topic of the target cluster (see [`super::store`]); its
+//! records ([`StoreRecord`]) are an interface, documented in the README ("Failover").
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+/// Source offsets `source_offset .. source_offset + count` of `source_topic/source_partition`
+/// were copied, in order, to target offsets `target_offset .. target_offset + count` of
+/// `target_topic/target_partition`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    pub source_topic: String,
+    pub source_partition: i32,
+    pub target_topic: String,
+    pub target_partition: i32,
+    pub source_offset: i64,
+    pub target_offset: i64,
+    pub count: i64,
+}
+
+impl Segment {
+    fn source_end(&self) -> i64 {
+        self.source_offset + self.count
+    }
+}
+
+/// Every source record of `topic/partition` below `next` is on the target, and every segment
+/// covering it is in the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    pub topic: String,
+    pub partition: i32,
+    pub next: i64,
+    /// The transactional.id that wrote it (exactly-once mode).
+    pub transactional_id: Option<String>,
+}
+
+/// One record of the store topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreRecord {
+    Segment(Segment),
+    Progress(Progress),
+}
+
+/// A store record that cannot be read: its key or value is not what [`StoreRecord`] writes.
+#[derive(Debug, thiserror::Error)]
+#[error("offset-mapping record with key {key:?} cannot be read: {reason}")]
+pub struct DecodeError {
+    pub key: String,
+    pub reason: String,
+}
+
+const FORMAT_VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct Key {
+    v: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    segment: Option<SegmentKey>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    progress: Option<ProgressKey>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SegmentKey {
+    source: String,
+    sp: i32,
+    target: String,
+    tp: i32,
+    /// The segment's first target offset: unique per target partition, so a copy made
+    /// again (a restart) is a new record, and a growing segment rewrites its own.
+    to: i64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SegmentValue {
+    so: i64,
+    to: i64,
+    n: i64,
+    ms: i64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ProgressKey {
+    source: String,
+    sp: i32,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ProgressValue {
+    next: i64,
+    txid: Option<String>,
+    ms: i64,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl StoreRecord {
+    /// The record's key: JSON, one per segment (by its first target offset) or per source
+    /// partition (progress). Compaction keeps the latest value of each.
+    pub fn key(&self) -> Vec<u8> {
+        let key = match self {
+            StoreRecord::Segment(s) => Key {
+                v: FORMAT_VERSION,
+                segment: Some(SegmentKey {
+                    source: s.source_topic.clone(),
+                    sp: s.source_partition,
+                    target: s.target_topic.clone(),
+                    tp: s.target_partition,
+                    to: s.target_offset,
+                }),
+                progress: None,
+            },
+            StoreRecord::Progress(p) => Key {
+                v: FORMAT_VERSION,
+                segment: None,
+                progress: Some(ProgressKey {
+                    source: p.topic.clone(),
+                    sp: p.partition,
+                }),
+            },
+        };
+        serde_json::to_vec(&key).expect("a key serialises")
+    }
+
+    pub fn value(&self) -> Vec<u8> {
+        let ms = now_ms();
+        match self {
+            StoreRecord::Segment(s) => serde_json::to_vec(&SegmentValue {
+                so: s.source_offset,
+                to: s.target_offset,
+                n: s.count,
+                ms,
+            }),
+            StoreRecord::Progress(p) => serde_json::to_vec(&ProgressValue {
+                next: p.next,
+                txid: p.transactional_id.clone(),
+                ms,
+            }),
+        }
+        .expect("a value serialises")
+    }
+
+    /// Reads a record of the store topic; `Ok(None)` for a tombstone or a record of a later
+    /// format version (skipped: written by a newer mirror).
+    pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Option<StoreRecord>, DecodeError> {
+        let error = |reason: String| DecodeError {
+            key: String::from_utf8_lossy(key).into_owned(),
+            reason,
+        };
+        let k: Key = serde_json::from_slice(key).map_err(|e| error(e.to_string()))?;
+        if k.v != FORMAT_VERSION {
+            return Ok(None);
+        }
+        let Some(value) = value else {
+            return Ok(None);
+        };
+        match (k.segment, k.progress) {
+            (Some(s), None) => {
+                let v: SegmentValue =
+                    serde_json::from_slice(value).map_err(|e| error(e.to_string()))?;
+                if v.n < 1 || v.to != s.to {
+                    return Err(error(format!(
+                        "a segment of {} records at target offset {} under the key of {}",
+                        v.n, v.to, s.to
+                    )));
+                }
+                Ok(Some(StoreRecord::Segment(Segment {
+                    source_topic: s.source,
+                    source_partition: s.sp,
+                    target_topic: s.target,
+                    target_partition: s.tp,
+                    source_offset: v.so,
+                    target_offset: v.to,
+                    count: v.n,
+                })))
+            }
+            (None, Some(p)) => {
+                let v: ProgressValue =
+                    serde_json::from_slice(value).map_err(|e| error(e.to_string()))?;
+                Ok(Some(StoreRecord::Progress(Progress {
+                    topic: p.source,
+                    partition: p.sp,
+                    next: v.next,
+                    transactional_id: v.txid,
+                })))
+            }
+            _ => Err(error(
+                "the key names neither one segment nor one progress".to_owned(),
+            )),
+        }
+    }
+}
+
+type Partition = (String, i32);
+
+/// Segments a stream built from its delivery reports and has not written to the store yet.
+/// Taken on the stream's thread, behind the stream's lock, for every acknowledged record:
+/// no allocation unless a segment starts.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    /// Per pair of source and target partition: the segment being extended.
+    open: Vec<OpenSegment>,
+    /// Segments that ended and have not been written since they last grew.
+    closed: Vec<Segment>,
+    /// The index in `open` of the previous report's pair: reports come in runs of one
+    /// partition (a produced batch).
+    last: usize,
+}
+
+#[derive(Debug)]
+struct OpenSegment {
+    segment: Segment,
+    dirty: bool,
+}
+
+impl OpenSegment {
+    fn is(&self, source: (&str, i32), target: (&str, i32)) -> bool {
+        let s = &self.segment;
+        s.source_partition == source.1
+            && s.target_partition == target.1
+            && s.source_topic == source.0
+            && s.target_topic == target.0
+    }
+}
+
+impl Recorder {
+    /// The target acknowledged the record copied from `source_offset` at `target_offset`.
+    pub fn acked(
+        &mut self,
+        source: (&str, i32),
+        source_offset: i64,
+        target: (&str, i32),
+        target_offset: i64,
+    ) {
+        let found = match self.open.get(self.last) {
+            Some(o) if o.is(source, target) => Some(self.last),
+            _ => self.open.iter().position(|o| o.is(source, target)),
+        };
+        if let Some(i) = found {
+            self.last = i;
+            let open = &mut self.open[i];
+            let s = &mut open.segment;
+            if source_offset == s.source_end() && target_offset == s.target_offset + s.count {
+                s.count += 1;
+                open.dirty = true;
+                return;
+            }
+            if source_offset == s.source_end() - 1 && target_offset >= s.target_offset + s.count {
+                // A second target record of the same source record (a handler's fan-out
+                // into one partition): the first one is where a group resumes.
+                return;
+            }
+        }
+        let fresh = OpenSegment {
+            segment: Segment {
+                source_topic: source.0.to_owned(),
+                source_partition: source.1,
+                target_topic: target.0.to_owned(),
+                target_partition: target.1,
+                source_offset,
+                target_offset,
+                count: 1,
+            },
+            dirty: true,
+        };
+        match found {
+            Some(i) => {
+                let ended = std::mem::replace(&mut self.open[i], fresh);
+                if ended.dirty {
+                    self.closed.push(ended.segment);
+                }
+            }
+            None => {
+                self.open.push(fresh);
+                self.last = self.open.len() - 1;
+            }
+        }
+    }
+
+    /// The segments written since the last call (each in its latest extent).
+    pub fn take_dirty(&mut self) -> Vec<Segment> {
+        let mut out = std::mem::take(&mut self.closed);
+        for open in &mut self.open {
+            if open.dirty {
+                out.push(open.segment.clone());
+                open.dirty = false;
+            }
+        }
+        out
+    }
+
+    /// The partition was released: a later owner starts segments of its own.
+    pub fn forget(&mut self, topic: &str, partition: i32) {
+        let of = |s: &Segment| s.source_topic == topic && s.source_partition == partition;
+        self.open.retain(|o| !of(&o.segment));
+        self.closed.retain(|s| !of(s));
+        self.last = 0;
+    }
+}
+
+/// Where a source group's offset lands on the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Translation {
+    /// The group resumes at `offset` of `topic/partition` on the target and reads exactly
+    /// the records it had not read on the source (those copied more than once after that
+    /// point excepted).
+    Exact {
+        topic: String,
+        partition: i32,
+        offset: i64,
+    },
+    /// The mirror has not copied up to the group's offset yet (it has up to `copied_through`,
+    /// exclusive): a target offset now would make the group read records twice.
+    Waiting { copied_through: i64 },
+    /// The relation cannot be translated (stated why).
+    Untranslatable { reason: String },
+    /// The store knows nothing of this partition (not mirrored, or mirrored before the store).
+    Unknown,
+}
+
+/// The store's content in memory: segments per source partition, and progress.
+#[derive(Debug, Default)]
+pub struct OffsetMap {
+    /// Per source partition, per target partition, segments by first target offset.
+    segments: HashMap<Partition, HashMap<Partition, BTreeMap<i64, Segment>>>,
+    progress: HashMap<Partition, Progress>,
+    /// Per target partition, the source partitions that fed it.
+    feeders: HashMap<Partition, Vec<Partition>>,
+}
+
+impl OffsetMap {
+    pub fn apply(&mut self, record: StoreRecord) {
+        match record {
+            StoreRecord::Segment(s) => {
+                let source = (s.source_topic.clone(), s.source_partition);
+                let target = (s.target_topic.clone(), s.target_partition);
+                let feeders = self.feeders.entry(target.clone()).or_default();
+                if !feeders.contains(&source) {
+                    feeders.push(source.clone());
+                }
+                self.segments
+                    .entry(source)
+                    .or_default()
+                    .entry(target)
+                    .or_default()
+                    .insert(s.target_offset, s);
+            }
+            StoreRecord::Progress(p) => {
+                let key = (p.topic.clone(), p.partition);
+                let newer = self.progress.get(&key).is_none_or(|old| p.next >= old.next);
+                // A late writer (a zombie) never takes progress back; the transactional id
+                // of the latest owner is kept either way.
+                if newer {
+                    self.progress.insert(key, p);
+                } else if let Some(old) = self.progress.get_mut(&key) {
+                    old.transactional_id = p.transactional_id;
+                }
+            }
+        }
+    }
+
+    pub fn progress(&self, topic: &str, partition: i32) -> Option<&Progress> {
+        self.progress.get(&(topic.to_owned(), partition))
+    }
+
+    /// The source partitions the store knows.
+    pub fn source_partitions(&self) -> Vec<(String, i32)> {
+        let mut all: Vec<Partition> = self
+            .segments
+            .keys()
+            .chain(self.progress.keys())
+            .cloned()
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
+    /// Translates a source group's committed `offset` (the next record it would read) on
+    /// `topic/partition`: one answer per target partition that received records from it.
+    ///
+    /// The target offset is one past the last target record copied from a source offset
+    /// below `offset` (over every copy: a restart's copy lies after the earlier one), or the
+    /// first copied record's if none is below. It is exact once the mirror has copied up to
+    /// `offset`; before that the group would read again what the mirror copies next.
+    pub fn translate(&self, topic: &str, partition: i32, offset: i64) -> Vec<Translation> {
+        let source = (topic.to_owned(), partition);
+        let Some(by_target) = self.segments.get(&source) else {
+            return vec![match self.progress.get(&source) {
+                // Progress but no segment: nothing copied (all filtered or gaps).
+                Some(_) => Translation::Untranslatable {
+                    reason: format!(
+                        "{topic}/{partition} has progress in the store but no copied record \
+                         to resume at"
+                    ),
+                },
+                None => Translation::Unknown,
+            }];
+        };
+        let copied_through = self.progress.get(&source).map_or(0, |p| p.next);
+        let mut targets: Vec<&Partition> = by_target.keys().collect();
+        targets.sort();
+        targets
+            .into_iter()
+            .map(|target| {
+                let feeders = &self.feeders[target];
+                if feeders.len() > 1 {
+                    let names: Vec<String> =
+                        feeders.iter().map(|(t, p)| format!("{t}/{p}")).collect();
+                    return Translation::Untranslatable {
+                        reason: format!(
+                            "target partition {}/{} holds records of several source \
+                             partitions ({}): no single offset there matches a group's \
+                             position in one of them (--partitioning hash, or a handler that \
+                             merges partitions)",
+                            target.0,
+                            target.1,
+                            names.join(", ")
+                        ),
+                    };
+                }
+                if offset > copied_through {
+                    return Translation::Waiting { copied_through };
+                }
+                let segments = &by_target[target];
+                let below = segments
+                    .values()
+                    .filter(|s| s.source_offset < offset)
+                    .map(|s| s.target_offset + (offset - s.source_offset).min(s.count))
+                    .max();
+                let at = below.unwrap_or_else(|| {
+                    segments
+                        .values()
+                        .next()
+                        .map_or(0, |first| first.target_offset)
+                });
+                Translation::Exact {
+                    topic: target.0.clone(),
+                    partition: target.1,
+                    offset: at,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(so: i64, to: i64, n: i64) -> StoreRecord {
+        StoreRecord::Segment(Segment {
+            source_topic: "orders".into(),
+            source_partition: 0,
+            target_topic: "orders".into(),
+            target_partition: 0,
+            source_offset: so,
+            target_offset: to,
+            count: n,
+        })
+    }
+
+    fn progress(next: i64) -> StoreRecord {
+        StoreRecord::Progress(Progress {
+            topic: "orders".into(),
+            partition: 0,
+            next,
+            transactional_id: None,
+        })
+    }
+
+    fn exact(offset: i64) -> Vec<Translation> {
+        vec![Translation::Exact {
+            topic: "orders".into(),
+            partition: 0,
+            offset,
+        }]
+    }
+
+    fn map(records: Vec<StoreRecord>) -> OffsetMap {
+        let mut m = OffsetMap::default();
+        for r in records {
+            m.apply(r);
+        }
+        m
+    }
+
+    #[test]
+    fn records_round_trip_through_their_json_key_and_value() {
+        for r in [seg(10, 7, 3), progress(42)] {
+            let back = StoreRecord::decode(&r.key(), Some(&r.value())).unwrap();
+            assert_eq!(back, Some(r));
+        }
+        assert_eq!(
+            StoreRecord::decode(&seg(1, 2, 3).key(), None).unwrap(),
+            None
+        );
+        let e = StoreRecord::decode(b"not json", Some(b"{}")).unwrap_err();
+        assert!(e.to_string().contains("not json"), "{e}");
+    }
+
+    #[test]
+    fn consecutive_acknowledgements_make_one_segment_and_a_gap_starts_another() {
+        let mut r = Recorder::default();
+        for i in 0..5 {
+            r.acked(("orders", 0), 100 + i, ("orders", 0), i);
+        }
+        // Source offsets 105 and 106 are a transaction marker and an aborted record.
+        r.acked(("orders", 0), 107, ("orders", 0), 5);
+        let written = r.take_dirty();
+        assert_eq!(written.len(), 2, "{written:?}");
+        assert_eq!((written[0].source_offset, written[0].count), (100, 5));
+        assert_eq!(
+            (written[1].source_offset, written[1].target_offset),
+            (107, 5)
+        );
+        assert!(r.take_dirty().is_empty(), "nothing new");
+        r.acked(("orders", 0), 108, ("orders", 0), 6);
+        let grown = r.take_dirty();
+        assert_eq!(grown.len(), 1);
+        assert_eq!((grown[0].target_offset, grown[0].count), (5, 2));
+    }
+
+    #[test]
+    fn a_group_inside_a_run_resumes_at_the_matching_target_offset() {
+        let m = map(vec![seg(100, 0, 50), progress(150)]);
+        assert_eq!(m.translate("orders", 0, 120), exact(20));
+        assert_eq!(m.translate("orders", 0, 150), exact(50));
+        // Before anything was copied: the first copied record.
+        assert_eq!(m.translate("orders", 0, 3), exact(0));
+    }
+
+    #[test]
+    fn a_group_in_a_gap_resumes_at_the_first_record_copied_after_it() {
+        let m = map(vec![seg(0, 0, 10), seg(12, 10, 5), progress(17)]);
+        assert_eq!(m.translate("orders", 0, 10), exact(10));
+        assert_eq!(m.translate("orders", 0, 11), exact(10));
+        assert_eq!(m.translate("orders", 0, 13), exact(11));
+    }
+
+    #[test]
+    fn records_copied_again_after_a_restart_are_skipped_up_to_the_group() {
+        // Copied 0..1000 to 0..1000, killed after committing 800, copied 800.. again at 1000.
+        let m = map(vec![seg(0, 0, 1000), seg(800, 1000, 700), progress(1500)]);
+        assert_eq!(m.translate("orders", 0, 900), exact(1100));
+        assert_eq!(m.translate("orders", 0, 1200), exact(1400));
+        // Before the copy made again: the target holds 800..999 twice after this point.
+        assert_eq!(m.translate("orders", 0, 700), exact(700));
+    }
+
+    #[test]
+    fn a_group_ahead_of_the_mirror_waits() {
+        let m = map(vec![seg(0, 0, 10), progress(10)]);
+        assert_eq!(
+            m.translate("orders", 0, 11),
+            vec![Translation::Waiting { copied_through: 10 }]
+        );
+        assert_eq!(m.translate("orders", 1, 0), vec![Translation::Unknown]);
+    }
+
+    #[test]
+    fn a_target_partition_fed_by_two_source_partitions_is_not_translated() {
+        let mut m = map(vec![seg(0, 0, 10), progress(10)]);
+        m.apply(StoreRecord::Segment(Segment {
+            source_partition: 1,
+            target_offset: 10,
+            ..match seg(0, 10, 3) {
+                StoreRecord::Segment(s) => s,
+                _ => unreachable!(),
+            }
+        }));
+        let t = m.translate("orders", 0, 5);
+        assert!(
+            matches!(&t[0], Translation::Untranslatable { reason } if reason.contains("orders/1")),
+            "{t:?}"
+        );
+    }
+
+    #[test]
+    fn progress_never_moves_back() {
+        let m = map(vec![seg(0, 0, 10), progress(10), progress(4)]);
+        assert_eq!(m.progress("orders", 0).unwrap().next, 10);
+    }
+}

@@ -1,0 +1,140 @@
+//! `mirror-maker translate`: a source group's committed offsets as target offsets, through
+//! the offset mapping the mirror stores; with `--apply`, committed to the same group on the
+//! target (a manual failover).
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::mirror::groups::{self, Applied, Clusters, GroupError, PartitionResult};
+use crate::mirror::store;
+use crate::settings::client::{ClientProps, Role};
+use crate::settings::flags::TranslateArgs;
+use crate::settings::{defaults, SettingsError};
+
+/// What `translate` found (and did).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub group: String,
+    pub mapping_topic: String,
+    pub partitions: Vec<PartitionResult>,
+    /// With `--apply`: what was committed on the target.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub applied: Option<Applied>,
+    /// With `--apply`: why nothing was committed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+impl Report {
+    /// Every partition exact, and applied if asked.
+    pub fn ok(&self) -> bool {
+        !self.partitions.is_empty()
+            && self.partitions.iter().all(PartitionResult::is_exact)
+            && self.refused.is_none()
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "group {} through offset mapping {}:\n",
+            self.group, self.mapping_topic
+        );
+        if self.partitions.is_empty() {
+            out.push_str("  no committed offset of this group on a partition the mirror copied\n");
+        }
+        for r in &self.partitions {
+            let line = match (&r.target_topic, r.target_partition, r.target_offset) {
+                (Some(t), Some(p), Some(o)) => format!("-> {t}/{p} offset {o}  exact"),
+                _ => format!("{}: {}", r.status, r.reason.as_deref().unwrap_or("")),
+            };
+            out.push_str(&format!(
+                "  {}/{} offset {}  {line}\n",
+                r.topic, r.partition, r.source_offset
+            ));
+        }
+        if let Some(a) = &self.applied {
+            out.push_str(&format!(
+                "applied: {} committed on the target, {} left (already there or further)\n",
+                crate::settings::counted(a.committed, "offset"),
+                a.kept
+            ));
+        }
+        if let Some(why) = &self.refused {
+            out.push_str(&format!("not applied: {why}\n"));
+        }
+        out
+    }
+}
+
+/// The settings `translate` needs: both clients' files and the mapping topic.
+pub struct Translate {
+    source: ClientProps,
+    target: ClientProps,
+    topic: String,
+    group: String,
+    apply: bool,
+    timeout: Duration,
+}
+
+impl Translate {
+    pub fn from_args(args: &TranslateArgs) -> Result<Translate, SettingsError> {
+        let m = &args.mirror;
+        let missing = |flag: &str| SettingsError::Usage(format!("{flag} is required"));
+        let source = ClientProps::load(
+            Role::Consumer,
+            m.consumer_config
+                .as_deref()
+                .ok_or_else(|| missing("--consumer.config"))?,
+        )?;
+        let target = ClientProps::load(
+            Role::Producer,
+            m.producer_config
+                .as_deref()
+                .ok_or_else(|| missing("--producer.config"))?,
+        )?;
+        if !m.offset_mapping {
+            return Err(SettingsError::Usage(
+                "translate reads the offset mapping: --offset.mapping false leaves nothing to \
+                 read"
+                    .to_owned(),
+            ));
+        }
+        if args.group.trim().is_empty() {
+            return Err(SettingsError::Usage("--group must name a group".to_owned()));
+        }
+        Ok(Translate {
+            source,
+            target,
+            topic: m.offset_mapping_topic.clone().unwrap_or_else(|| {
+                defaults::offset_mapping_topic(m.source_cluster_name.as_deref())
+            }),
+            group: args.group.clone(),
+            apply: args.apply,
+            timeout: Duration::from_millis(args.timeout_ms),
+        })
+    }
+
+    pub fn run(&self) -> Result<Report, GroupError> {
+        let clusters = Clusters {
+            source: &self.source,
+            target: &self.target,
+        };
+        let map = store::load(&self.target, &self.topic, self.timeout)?;
+        let partitions = groups::translate_group(clusters, &map, &self.group, self.timeout)?;
+        let mut report = Report {
+            group: self.group.clone(),
+            mapping_topic: self.topic.clone(),
+            partitions,
+            applied: None,
+            refused: None,
+        };
+        if self.apply {
+            match groups::apply(clusters, &self.group, &report.partitions, self.timeout) {
+                Ok(applied) => report.applied = Some(applied),
+                Err(e @ GroupError::Active { .. }) => report.refused = Some(e.to_string()),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(report)
+    }
+}
