@@ -22,6 +22,7 @@
 //!    produce) → [`mirror::delivery`] → [`mirror::offsets`] → [`mirror::commit`];
 //!    [`mirror::rebalance`] and [`mirror::topics`] before partitions move; [`mirror::probe`],
 //!    [`mirror::target`], [`mirror::clients`], [`mirror::state`].
+//!    Exactly once (`--exactly.once true`): [`mirror::transaction`] runs each stream instead.
 //! 5. [`ops`] ([`ops::metrics`], [`ops::health`], [`ops::progress`], systemd notification in
 //!    [`ops::notify`], [`ops::logging`]) and [`tools`] ([`tools::check`], [`tools::verify`],
 //!    [`tools::demo`], record comparison in [`tools::compare`]): they read the mirror's state

@@ -79,6 +79,13 @@ pub fn from_args(
              --exactly.once true",
         );
     }
+    if !args.offset_mapping {
+        return refuse(
+            "--offset.mapping false: each transaction records the source progress in the \
+             offset-mapping topic, where the next owner of a partition resumes; drop \
+             --offset.mapping false",
+        );
+    }
     if let Some(v) = producer.get("enable.idempotence") {
         if !v.trim().eq_ignore_ascii_case("true") {
             return refuse(&format!(
@@ -233,6 +240,11 @@ mod tests {
             &["--abort.on.send.failure", "false"],
             &[],
             &["--exactly.once true", "--abort.on.send.failure false"],
+        );
+        refused(
+            &["--offset.mapping", "false"],
+            &[],
+            &["--exactly.once true", "--offset.mapping false"],
         );
         refused(
             &[],

@@ -586,6 +586,28 @@ impl Endpoints {
         mirror
     }
 
+    /// Runs `mirror-maker verify` over the source topic with the test's client configs and
+    /// `args` (e.g. `--exactly.once`, `--json`); returns its exit code, stdout and stderr.
+    pub fn verify(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let dir = tempdir();
+        let (c, p) = mirror_configs(dir.path(), &self.src, &self.dst, &[], &[]);
+        let out = binary()
+            .arg("verify")
+            .arg("--consumer.config")
+            .arg(&c)
+            .arg("--producer.config")
+            .arg(&p)
+            .args(["--whitelist", self.topic, "--timeout.ms", "20000"])
+            .args(args)
+            .output()
+            .expect("running mirror-maker verify");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     /// Runs a mirror with `args` until `expected` source offsets are committed, stops it
     /// cleanly, and returns its log.
     pub fn mirror_until_committed(&self, args: &[&str], expected: i64) -> String {

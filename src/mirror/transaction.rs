@@ -1,0 +1,1480 @@
+//! Exactly-once mode (`--exactly.once true`): one stream's loop with a transactional producer
+//! on the target.
+//!
+//! Each transaction holds the records mirrored during `--transaction.interval.ms` and, written
+//! last, the offset-mapping records of those partitions ([`super::mapping`]): the segments
+//! the delivery reports built and one [`Progress`] per partition, whose `next` is the next
+//! source offset to copy and whose `txid` is this stream's transactional id. Records and
+//! progress commit together or not at all, so the store's progress is where a partition
+//! resumes: it is authoritative in this mode; the source group's commits follow it for
+//! monitoring (lag) only.
+//!
+//! Hand-overs. On assignment the stream reads the progress of its new partitions
+//! (`read_committed`, up to the store's high watermark), fences every previous owner named
+//! there that is not itself (a producer initialised with that transactional id aborts the
+//! transaction it left open and fences it for good), reads the store again, writes a claim
+//! (the same `next`, its own id) in a transaction, and starts each partition at its `next`.
+//! On a clean revocation the open transaction is committed with a release (the progress with
+//! `txid` null): the next owner has no one to fence. A partition whose progress names another
+//! id was not released cleanly (its owner crashed, or was cut off from the group and may be a
+//! zombie): that owner is fenced, and if it is still running, its next transactional call
+//! fails and it stops (exit 1) without having committed anything of the partition after the
+//! fence.
+//!
+//! Failures. A transaction the target aborts or refuses to commit (a record that timed out,
+//! say, during a target outage longer than `transaction.timeout.ms`) is aborted and its
+//! partitions are read again from their last committed progress. A fatal error (fenced, a
+//! record refused for good) aborts what can be aborted and stops the mirror: nothing of the
+//! open transaction becomes visible, and the next owner copies on from the store.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::topic_partition_list::TopicPartitionList;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::Offset;
+
+use super::clients::{self, Cluster};
+use super::commit::committed;
+use super::mapping::{OffsetMap, Progress, Recorder, StoreRecord};
+use super::probe::matching_topics;
+use super::rebalance::{make_target_topics, source_statistics};
+use super::state::{Control, ShutdownGate, Stats, StreamShared};
+use super::stream::{route, same_partition, stamped, Route, StreamReport};
+use super::target::TargetNames;
+use super::topics::TopicCreator;
+use crate::native::produce::{produce, Outgoing, RawHeaders};
+use crate::native::queue::{Polled, Source};
+use crate::native::record::Record;
+use crate::plugin::{Handler, Listener};
+use crate::settings::client::ClientProps;
+use crate::settings::exactly_once::ExactlyOnce;
+use crate::settings::{counted, Settings};
+
+type Partition = (String, i32);
+type TxProducer = BaseProducer<TxDelivery>;
+type TxConsumer = BaseConsumer<TxContext>;
+
+/// How long one consumer poll may block when nothing arrives.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How long a metadata request for the topic list may take.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a stopping stream serves the revocation of its partitions after unsubscribing.
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a commit the target calls retriable is tried before the transaction is aborted.
+const COMMIT_TRIES: u32 = 3;
+/// The delivery opaque of the store's records (a mirrored record's is a generation and an
+/// index, never this).
+const STORE_OPAQUE: usize = usize::MAX;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransactionError {
+    #[error("stream {stream}: cannot create the {client}: {source}")]
+    Create {
+        stream: usize,
+        client: &'static str,
+        source: KafkaError,
+    },
+    #[error(
+        "stream {stream}: cannot initialise transactional id {txid} on the target: {source}; \
+         check that the target allows transactions (transaction.state.log.* settings, \
+         WRITE and DESCRIBE on the transactional id for the mirror's principal)"
+    )]
+    Init {
+        stream: usize,
+        txid: String,
+        source: KafkaError,
+    },
+    #[error("stream {stream}: {message}")]
+    Stream { stream: usize, message: String },
+}
+
+/// What went wrong with a transaction.
+#[derive(Debug)]
+enum TxFailure {
+    /// The transaction was aborted or must be: copy again from the last commit.
+    Abortable(String),
+    /// The producer cannot go on (fenced, a record refused for good): stop.
+    Fatal(String),
+}
+
+/// Where the records of the open transaction came from, for the delivery reports.
+#[derive(Default)]
+struct Book {
+    /// Bumped whenever the transaction's records are forgotten (a new transaction, an
+    /// abort): reports of older ones are stale.
+    generation: u32,
+    /// The source partitions seen, by slot.
+    sources: Vec<Partition>,
+    /// Per record produced in the open transaction: the slot of its source partition and
+    /// its source offset. A record's opaque is its generation and its index here.
+    sent: Vec<(u32, i64)>,
+    /// Segments of source → target offsets, from the reports.
+    recorder: Recorder,
+    /// The first delivery failure of the open transaction.
+    failure: Option<TxFailure>,
+}
+
+impl Book {
+    fn forget_sent(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        self.sent.clear();
+        self.failure = None;
+    }
+
+    fn slot(&mut self, topic: &str, partition: i32) -> u32 {
+        let found = self
+            .sources
+            .iter()
+            .rposition(|(t, p)| *p == partition && t == topic);
+        let slot = found.unwrap_or_else(|| {
+            self.sources.push((topic.to_owned(), partition));
+            self.sources.len() - 1
+        });
+        u32::try_from(slot).unwrap_or(u32::MAX)
+    }
+}
+
+/// The transactional producer's context: delivery reports feed the offset mapping.
+pub struct TxDelivery {
+    shared: Arc<StreamShared>,
+    book: Mutex<Book>,
+}
+
+impl TxDelivery {
+    fn book(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn purged(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::PurgeQueue
+                | RDKafkaErrorCode::PurgeInflight
+                | RDKafkaErrorCode::BrokerDestroy
+        )
+    )
+}
+
+impl ClientContext for TxDelivery {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        clients::librdkafka_log(Cluster::Target, level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        let shared = &self.shared;
+        clients::client_error(
+            &shared.control,
+            Cluster::Target,
+            shared.stream,
+            &error,
+            reason,
+        );
+    }
+
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let up = statistics.brokers.values().any(|b| b.state == "UP");
+        self.shared.target_up.store(up, Ordering::Relaxed);
+    }
+}
+
+impl ProducerContext for TxDelivery {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        let mut book = self.book();
+        if opaque == STORE_OPAQUE {
+            if let Err((e, m)) = result {
+                if !purged(e) && book.failure.is_none() {
+                    book.failure = Some(TxFailure::Fatal(format!(
+                        "cannot write the offset mapping to topic {} on the target: {e}; grant \
+                         the mirror's principal WRITE on it",
+                        m.topic()
+                    )));
+                }
+            }
+            return;
+        }
+        let (generation, index) = (opaque >> 32, opaque & 0xffff_ffff);
+        if generation != book.generation as usize {
+            return;
+        }
+        let Some(&(slot, offset)) = book.sent.get(index) else {
+            return;
+        };
+        let Book {
+            sources,
+            recorder,
+            failure,
+            ..
+        } = &mut *book;
+        let (topic, partition) = &sources[slot as usize];
+        match result {
+            Ok(m) => {
+                Stats::add(&self.shared.stats.acknowledged, 1);
+                recorder.acked(
+                    (topic, *partition),
+                    offset,
+                    (m.topic(), m.partition()),
+                    m.offset(),
+                );
+            }
+            Err((e, _)) if purged(e) => {}
+            Err((e, m)) => {
+                let code = e
+                    .rdkafka_error_code()
+                    .map_or_else(|| "unknown".to_owned(), |c| format!("{c:?}"));
+                self.shared.stats.recorded.count_send_error(code);
+                if failure.is_some() {
+                    return;
+                }
+                let what = format!(
+                    "{topic}/{partition} offset {offset} to target topic {} partition {}: {e}",
+                    m.topic(),
+                    m.partition()
+                );
+                *failure = Some(
+                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut) {
+                        TxFailure::Abortable(format!(
+                            "the target did not acknowledge {what} within message.timeout.ms \
+                             (the transaction timeout)"
+                        ))
+                    } else {
+                        TxFailure::Fatal(format!("cannot mirror {what}"))
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// The open transaction and the partitions it covers.
+#[derive(Debug, Default)]
+struct TxState {
+    /// When the open transaction began.
+    open: Option<Instant>,
+    /// Per owned partition: the next source offset to copy, as of the open transaction.
+    next: HashMap<Partition, i64>,
+    /// Per owned partition: the next source offset as of the last committed transaction
+    /// (absent for a partition just assigned, whose claim is still to be written).
+    committed: HashMap<Partition, i64>,
+    /// Owned partitions that returned a record since they were assigned or rewound: their
+    /// consumer position can be trusted (it follows what was polled).
+    polled: HashSet<Partition>,
+    /// The producer cannot be used any more (fenced, or a fatal error).
+    broken: bool,
+}
+
+/// What the stream's loop and its rebalance callback share.
+pub struct Core {
+    stream: usize,
+    txid: String,
+    shared: Arc<StreamShared>,
+    producer: TxProducer,
+    /// The target's connection, for store readers and fencing producers.
+    target: ClientProps,
+    store_topic: String,
+    /// How long a transactional call (commit, abort, a fencing initialisation) may take.
+    timeout: Duration,
+    /// How long reading the store may take.
+    read_timeout: Duration,
+    state: Mutex<TxState>,
+    /// Set once the stream has left the group: what the close still serves does nothing.
+    closing: AtomicBool,
+    listener: Option<Mutex<Listener>>,
+    creator: Option<Arc<TopicCreator>>,
+    topic_retry_limit: Duration,
+    /// Where a partition with neither progress nor a committed offset starts: the earliest
+    /// offset, or the end (`auto.offset.reset`).
+    earliest: bool,
+}
+
+impl Core {
+    fn state(&self) -> MutexGuard<'_, TxState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn book(&self) -> MutexGuard<'_, Book> {
+        self.producer.context().book()
+    }
+
+    /// Begins a transaction unless one is open.
+    fn begin(&self) -> Result<(), TxFailure> {
+        let mut state = self.state();
+        if state.open.is_some() {
+            return Ok(());
+        }
+        self.producer
+            .begin_transaction()
+            .map_err(|e| self.classify("begin a transaction", &e))?;
+        self.book().forget_sent();
+        state.open = Some(Instant::now());
+        Ok(())
+    }
+
+    /// The opaque of the next record produced from `topic/partition` at `offset`.
+    fn opaque(&self, topic: &str, partition: i32, offset: i64) -> usize {
+        let mut book = self.book();
+        let slot = book.slot(topic, partition);
+        book.sent.push((slot, offset));
+        ((book.generation as usize) << 32) | (book.sent.len() - 1)
+    }
+
+    /// `topic/partition` was copied up to `offset` (included) in the open transaction.
+    fn copied(&self, topic: &str, partition: i32, offset: i64) {
+        let mut state = self.state();
+        let key = (topic.to_owned(), partition);
+        state.next.insert(key.clone(), offset + 1);
+        state.polled.insert(key);
+    }
+
+    fn classify(&self, what: &str, e: &KafkaError) -> TxFailure {
+        let (fatal, abortable) = match e {
+            KafkaError::Transaction(r) => (r.is_fatal(), r.txn_requires_abort()),
+            _ => (false, true),
+        };
+        let fenced = matches!(
+            e.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch)
+        );
+        if fenced {
+            TxFailure::Fatal(format!(
+                "the target fenced transactional id {} ({e}) when trying to {what}: another \
+                 instance took over this stream's partitions (this one was paused or cut off \
+                 from the group past session.timeout.ms, or another process runs with the \
+                 same --instance.id); stopping. Nothing of the open transaction is visible to \
+                 read_committed readers, and the partitions' new owner copies on from the \
+                 offset-mapping topic",
+                self.txid
+            ))
+        } else if fatal || !abortable {
+            TxFailure::Fatal(format!(
+                "transactional id {}: cannot {what}: {e}; stopping. Nothing of the open \
+                 transaction is visible to read_committed readers; a restart copies on from the \
+                 offset-mapping topic",
+                self.txid
+            ))
+        } else {
+            TxFailure::Abortable(format!("cannot {what}: {e}"))
+        }
+    }
+
+    /// Whether the open transaction is due: older than the interval, or holding as many
+    /// records as the stream may have in flight.
+    fn due(&self, interval: Duration, max_records: usize) -> bool {
+        let open = self.state().open;
+        open.is_some_and(|began| {
+            began.elapsed() >= interval || self.book().sent.len() >= max_records
+        })
+    }
+
+    /// Commits the open transaction, with the store's records of every partition whose
+    /// progress moved (and of those just assigned: their claim), and the release of
+    /// `released` (progress with no transactional id). Begins one first if there is
+    /// something to write and none is open.
+    fn commit<C: ConsumerContext>(
+        &self,
+        consumer: &BaseConsumer<C>,
+        released: &[Partition],
+    ) -> Result<(), TxFailure> {
+        if self.state().broken {
+            return Err(TxFailure::Fatal(
+                "the transactional producer failed earlier".to_owned(),
+            ));
+        }
+        self.follow_positions(consumer);
+        let pending = {
+            let state = self.state();
+            state.open.is_some()
+                || !released.is_empty()
+                || state
+                    .next
+                    .iter()
+                    .any(|(p, n)| state.committed.get(p) != Some(n))
+        };
+        if !pending {
+            return Ok(());
+        }
+        self.begin()?;
+        // Every record's delivery report first: the segments come from them.
+        if let Err(e) = self.producer.flush(self.timeout) {
+            return Err(TxFailure::Abortable(format!(
+                "the target did not acknowledge the transaction's records within {:?}: {e}",
+                self.timeout
+            )));
+        }
+        let (segments, failure) = {
+            let mut book = self.book();
+            (book.recorder.take_dirty(), book.failure.take())
+        };
+        if let Some(failure) = failure {
+            return Err(failure);
+        }
+        let progress: Vec<Progress> = {
+            let state = self.state();
+            state
+                .next
+                .iter()
+                .filter(|(p, n)| state.committed.get(*p) != Some(*n) || released.contains(p))
+                .map(|((topic, partition), next)| Progress {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    next: *next,
+                    transactional_id: (!released.contains(&(topic.clone(), *partition)))
+                        .then(|| self.txid.clone()),
+                })
+                .collect()
+        };
+        let records: Vec<StoreRecord> = segments
+            .into_iter()
+            .map(StoreRecord::Segment)
+            .chain(progress.into_iter().map(StoreRecord::Progress))
+            .collect();
+        for record in &records {
+            self.write_store(record)?;
+        }
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.producer.commit_transaction(self.timeout) {
+                Ok(()) => break,
+                Err(KafkaError::Transaction(e)) if e.is_retriable() && tries < COMMIT_TRIES => {
+                    tracing::info!(
+                        stream = self.stream,
+                        "committing the transaction: {e}; trying again"
+                    );
+                }
+                Err(e) => return Err(self.classify("commit the transaction", &e)),
+            }
+        }
+        let mut state = self.state();
+        state.open = None;
+        state.committed = state.next.clone();
+        Ok(())
+    }
+
+    /// Produces one store record into the open transaction.
+    fn write_store(&self, record: &StoreRecord) -> Result<(), TxFailure> {
+        let (key, value) = (record.key(), record.value());
+        let mut pending = BaseRecord::with_opaque_to(&self.store_topic, STORE_OPAQUE)
+            .key(&key)
+            .payload(&value);
+        let started = Instant::now();
+        loop {
+            match self.producer.send(pending) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
+                    if started.elapsed() < self.timeout =>
+                {
+                    pending = back;
+                    self.producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => {
+                    return Err(TxFailure::Abortable(format!(
+                        "cannot queue an offset-mapping record for topic {}: {e}",
+                        self.store_topic
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Lets the progress of partitions follow the consumer's position past records a
+    /// `read_committed` consumer never returns (transaction markers, aborted transactions):
+    /// every record below the position was handed to the open transaction or an earlier one.
+    /// Only for partitions polled since they were assigned or rewound.
+    fn follow_positions<C: ConsumerContext>(&self, consumer: &BaseConsumer<C>) {
+        let Ok(positions) = consumer.position() else {
+            return;
+        };
+        let mut state = self.state();
+        for e in positions.elements() {
+            let Offset::Offset(position) = e.offset() else {
+                continue;
+            };
+            let key = (e.topic().to_owned(), e.partition());
+            if !state.polled.contains(&key) {
+                continue;
+            }
+            if let Some(next) = state.next.get_mut(&key) {
+                *next = (*next).max(position);
+            }
+        }
+    }
+
+    /// Aborts the open transaction and reads every owned partition again from its last
+    /// committed progress.
+    fn abort_and_rewind<C: ConsumerContext>(
+        &self,
+        consumer: &BaseConsumer<C>,
+        why: &str,
+    ) -> Result<(), TxFailure> {
+        tracing::warn!(
+            stream = self.stream,
+            "{why}; aborting the transaction and copying its partitions again from the last \
+             commit (nothing of it is visible to read_committed readers)"
+        );
+        let open = self.state().open.is_some();
+        if open {
+            if let Err(e) = self.producer.abort_transaction(self.timeout) {
+                let failure = self.classify("abort the transaction", &e);
+                self.state().broken = true;
+                return Err(failure);
+            }
+        }
+        {
+            let mut book = self.book();
+            book.forget_sent();
+            book.recorder = Recorder::default();
+        }
+        let committed: Vec<(Partition, i64)> = {
+            let mut state = self.state();
+            state.open = None;
+            state.polled.clear();
+            let committed = state.committed.clone();
+            state.next.retain(|p, _| committed.contains_key(p));
+            for (p, n) in &committed {
+                state.next.insert(p.clone(), *n);
+            }
+            committed.into_iter().collect()
+        };
+        if committed.is_empty() {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::with_capacity(committed.len());
+        for ((topic, partition), next) in &committed {
+            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
+        }
+        let failed: Vec<String> = match consumer.seek_partitions(tpl, self.timeout) {
+            Ok(result) => result
+                .elements()
+                .iter()
+                .filter(|e| e.error().is_err())
+                .map(|e| format!("{}/{}", e.topic(), e.partition()))
+                .collect(),
+            Err(e) => vec![e.to_string()],
+        };
+        if !failed.is_empty() {
+            self.state().broken = true;
+            return Err(TxFailure::Fatal(format!(
+                "cannot read {} again from the last commit after an aborted transaction; \
+                 stopping rather than going on past what was aborted",
+                failed.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// Commits, or on an abortable failure aborts and rewinds; a fatal failure stops the
+    /// mirror. Returns whether the transaction committed.
+    fn commit_or_abort<C: ConsumerContext>(
+        &self,
+        consumer: &BaseConsumer<C>,
+        released: &[Partition],
+    ) -> bool {
+        let failure = match self.commit(consumer, released) {
+            Ok(()) => return true,
+            Err(f) => f,
+        };
+        let failure = match failure {
+            TxFailure::Abortable(why) => match self.abort_and_rewind(consumer, &why) {
+                Ok(()) => return false,
+                Err(f) => f,
+            },
+            fatal => {
+                if self.state().open.is_some() {
+                    // Fenced producers cannot abort; the coordinator has aborted for them.
+                    let _ = self.producer.abort_transaction(self.timeout);
+                }
+                fatal
+            }
+        };
+        let (TxFailure::Abortable(m) | TxFailure::Fatal(m)) = failure;
+        self.state().broken = true;
+        self.shared
+            .control
+            .fail(format!("stream {}: {m}", self.stream));
+        false
+    }
+
+    /// The source group's offsets, for monitoring: each owned partition's committed progress.
+    fn monitoring_offsets(&self, only: Option<&[Partition]>) -> Option<TopicPartitionList> {
+        let state = self.state();
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), next) in &state.committed {
+            if only.is_some_and(|o| !o.contains(&(topic.clone(), *partition))) {
+                continue;
+            }
+            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
+        }
+        (tpl.count() > 0).then_some(tpl)
+    }
+
+    /// Where each of `partitions` starts: its progress in the store, after fencing every
+    /// previous owner named there that is not this stream; the source group's committed
+    /// offset where the store has none; else `auto.offset.reset`.
+    fn starts(
+        &self,
+        consumer: &TxConsumer,
+        partitions: &[Partition],
+    ) -> Result<Vec<(Partition, i64)>, String> {
+        let mut map = read_store(&self.target, &self.store_topic, self.read_timeout)?;
+        let mut owners: Vec<String> = partitions
+            .iter()
+            .filter_map(|(t, p)| map.progress(t, *p))
+            .filter_map(|p| p.transactional_id.clone())
+            .filter(|id| *id != self.txid)
+            .collect();
+        owners.sort();
+        owners.dedup();
+        for owner in &owners {
+            self.fence(owner)?;
+        }
+        if !owners.is_empty() {
+            map = read_store(&self.target, &self.store_topic, self.read_timeout)?;
+        }
+        let mut starts = Vec::with_capacity(partitions.len());
+        let mut missing = TopicPartitionList::new();
+        for (topic, partition) in partitions {
+            match map.progress(topic, *partition) {
+                Some(p) => starts.push(((topic.clone(), *partition), p.next)),
+                None => {
+                    missing.add_partition(topic, *partition);
+                }
+            }
+        }
+        if missing.count() == 0 {
+            return Ok(starts);
+        }
+        let committed = consumer
+            .committed_offsets(missing.clone(), self.timeout)
+            .map_err(|e| format!("cannot read the source group's committed offsets: {e}"))?;
+        let earliest = self.earliest;
+        for e in missing.elements() {
+            let key = (e.topic().to_owned(), e.partition());
+            let from_group =
+                committed
+                    .find_partition(e.topic(), e.partition())
+                    .and_then(|c| match c.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    });
+            let start = match from_group {
+                Some(o) => o,
+                None => {
+                    let (low, high) = consumer
+                        .fetch_watermarks(e.topic(), e.partition(), self.timeout)
+                        .map_err(|err| {
+                            format!(
+                                "cannot read the source watermarks of {}/{}: {err}",
+                                e.topic(),
+                                e.partition()
+                            )
+                        })?;
+                    if earliest {
+                        low
+                    } else {
+                        high
+                    }
+                }
+            };
+            starts.push((key, start));
+        }
+        Ok(starts)
+    }
+
+    /// Fences transactional id `owner`: a producer initialised with it aborts the
+    /// transaction `owner` left open (if any) and makes its producer unusable.
+    fn fence(&self, owner: &str) -> Result<(), String> {
+        let started = Instant::now();
+        let producer: BaseProducer<FencingContext> = self
+            .target
+            .connection_config()
+            .set("transactional.id", owner)
+            .create_with_context(FencingContext)
+            .map_err(|e| {
+                format!("cannot make a producer to fence transactional id {owner}: {e}")
+            })?;
+        producer.init_transactions(self.timeout).map_err(|e| {
+            format!(
+                "cannot fence transactional id {owner}, the previous owner of some of the \
+                 assigned partitions: {e}; stopping rather than copying beside it"
+            )
+        })?;
+        tracing::info!(
+            stream = self.stream,
+            "fenced transactional id {owner} (the last committer of some assigned partitions; \
+             its open transaction, if any, is aborted) in {:?}",
+            started.elapsed()
+        );
+        Ok(())
+    }
+
+    fn assign(&self, consumer: &TxConsumer, tpl: &mut TopicPartitionList) {
+        let partitions = partition_list(tpl);
+        if partitions.is_empty() {
+            return;
+        }
+        let list: Vec<String> = partitions.iter().map(|(t, p)| format!("{t}/{p}")).collect();
+        tracing::info!(
+            stream = self.stream,
+            "assigned {}: {}",
+            counted(list.len(), "partition"),
+            list.join(" ")
+        );
+        if self.shared.control.stop_requested() || self.state().broken {
+            return;
+        }
+        if let Some(creator) = &self.creator {
+            make_target_topics(creator, &partitions, &self.shared, self.topic_retry_limit);
+        }
+        let starts = match self.starts(consumer, &partitions) {
+            Ok(s) => s,
+            Err(e) => {
+                self.shared
+                    .control
+                    .fail(format!("stream {}: {e}", self.stream));
+                return;
+            }
+        };
+        {
+            let mut state = self.state();
+            for (p, next) in &starts {
+                state.next.insert(p.clone(), *next);
+                state.committed.remove(p);
+                state.polled.remove(p);
+            }
+        }
+        // The claim: this stream's id on each assigned partition, before anything of it is
+        // copied, so that a later owner fences this one if it does not release cleanly.
+        let claimed = self.commit_or_abort(consumer, &[])
+            || self.shared.control.stop_requested()
+            || self.commit_or_abort(consumer, &[]);
+        if !claimed {
+            self.shared.control.fail(format!(
+                "stream {}: cannot claim the assigned partitions in the offset-mapping topic \
+                 {}; stopping",
+                self.stream, self.store_topic
+            ));
+        }
+        let described: Vec<String> = starts
+            .iter()
+            .map(|((t, p), n)| format!("{t}/{p} at {n}"))
+            .collect();
+        tracing::info!(
+            stream = self.stream,
+            "starting from the offset mapping's progress: {}",
+            described.join(" ")
+        );
+        for ((topic, partition), next) in &starts {
+            let _ = tpl.set_partition_offset(topic, *partition, Offset::Offset(*next));
+        }
+    }
+
+    fn revoke(&self, consumer: &TxConsumer, partitions: &[Partition]) {
+        if partitions.is_empty() {
+            return;
+        }
+        let stream = self.stream;
+        let closing = self.closing.load(Ordering::SeqCst);
+        if !closing && !self.state().broken {
+            if consumer.assignment_lost() {
+                tracing::warn!(
+                    stream,
+                    "the group took back {} from this stream (assignment lost); aborting the \
+                     open transaction: their next owner fences this stream and copies them \
+                     from the offset mapping",
+                    counted(partitions.len(), "partition")
+                );
+                if let Err(TxFailure::Abortable(m) | TxFailure::Fatal(m)) =
+                    self.abort_and_rewind(consumer, "assignment lost")
+                {
+                    self.shared.control.fail(format!("stream {stream}: {m}"));
+                }
+            } else if self.commit_or_abort(consumer, partitions) {
+                tracing::info!(
+                    stream,
+                    "released {} after committing the open transaction",
+                    counted(partitions.len(), "partition")
+                );
+                if let Some(tpl) = self.monitoring_offsets(Some(partitions)) {
+                    if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
+                        tracing::debug!(stream, "source group commit (monitoring only): {e}");
+                    }
+                }
+            } else if !self.state().broken {
+                // Aborted: release at the last committed progress, in a transaction of its own.
+                if !self.commit_or_abort(consumer, partitions) {
+                    tracing::warn!(
+                        stream,
+                        "cannot release {} cleanly: their next owner fences this stream's \
+                         transactional id {}",
+                        counted(partitions.len(), "partition"),
+                        self.txid
+                    );
+                }
+            }
+        }
+        let mut state = self.state();
+        let mut book = self.book();
+        for p in partitions {
+            state.next.remove(p);
+            state.committed.remove(p);
+            state.polled.remove(p);
+            book.recorder.forget(&p.0, p.1);
+        }
+    }
+
+    fn call_listener(&self, what: &str, call: impl FnOnce(&mut Listener) -> Result<(), String>) {
+        let Some(listener) = &self.listener else {
+            return;
+        };
+        let mut listener = listener.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = call(&mut listener) {
+            self.shared
+                .control
+                .fail(format!("the rebalance listener failed in {what}: {e}"));
+        }
+    }
+}
+
+fn partition_list(tpl: &TopicPartitionList) -> Vec<Partition> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_owned(), e.partition()))
+        .collect()
+}
+
+/// The context of a producer made only to fence a transactional id.
+struct FencingContext;
+
+impl ClientContext for FencingContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        clients::librdkafka_log(Cluster::Target, level, fac, message);
+    }
+}
+
+impl ProducerContext for FencingContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
+}
+
+/// The store reader's context: the end of a partition is not an error.
+struct StoreReaderContext;
+
+impl ClientContext for StoreReaderContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        clients::librdkafka_log(Cluster::Target, level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_)) {
+            tracing::warn!("offset-mapping reader: {error} ({reason})");
+        }
+    }
+}
+
+impl ConsumerContext for StoreReaderContext {}
+
+/// Reads the whole store topic, committed records only, up to its high watermark as it is
+/// now: unlike a read to the end of what is readable (the last stable offset), this waits
+/// for every transaction begun before it to end, so a progress committed just before this
+/// stream was assigned its partition (the previous owner's release) is never missed behind
+/// another stream's open transaction.
+fn read_store(target: &ClientProps, topic: &str, timeout: Duration) -> Result<OffsetMap, String> {
+    let reader = |isolation: &str| {
+        target
+            .connection_config()
+            .set("group.id", "mirror-maker-offset-mapping-reader")
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
+            .set("isolation.level", isolation)
+            .set("allow.auto.create.topics", "false")
+            .create_with_context::<_, BaseConsumer<StoreReaderContext>>(StoreReaderContext)
+            .map_err(|e| format!("cannot make a reader of the offset-mapping topic {topic}: {e}"))
+    };
+    let failed = |e: String| format!("cannot read the offset-mapping topic {topic}: {e}");
+    // A read_uncommitted client's watermarks are the high watermarks, not the stable ones.
+    let uncommitted = reader("read_uncommitted")?;
+    let metadata = uncommitted
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|e| failed(e.to_string()))?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic && t.error().is_none())
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    let mut ends = HashMap::new();
+    for p in &partitions {
+        let (_, high) = uncommitted
+            .fetch_watermarks(topic, *p, timeout)
+            .map_err(|e| failed(e.to_string()))?;
+        if high > 0 {
+            ends.insert(*p, high);
+        }
+    }
+    drop(uncommitted);
+    let mut map = OffsetMap::default();
+    if ends.is_empty() {
+        return Ok(map);
+    }
+    let consumer = reader("read_committed")?;
+    let mut tpl = TopicPartitionList::new();
+    for p in ends.keys() {
+        tpl.add_partition_offset(topic, *p, Offset::Beginning)
+            .map_err(|e| failed(e.to_string()))?;
+    }
+    consumer.assign(&tpl).map_err(|e| failed(e.to_string()))?;
+    let deadline = Instant::now() + timeout;
+    let mut at_end = false;
+    loop {
+        if at_end {
+            let positions = consumer.position().map_err(|e| failed(e.to_string()))?;
+            let done = ends.iter().all(|(p, end)| {
+                positions
+                    .find_partition(topic, *p)
+                    .is_some_and(|e| matches!(e.offset(), Offset::Offset(o) if o >= *end))
+            });
+            if done {
+                return Ok(map);
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(failed(format!(
+                "not read up to its high watermark within {timeout:?} (a transaction on it \
+                 still open: an instance that crashed mid-commit; the target aborts it after \
+                 its transaction.timeout.ms)"
+            )));
+        }
+        match consumer.poll(Duration::from_millis(100)) {
+            None => at_end = true,
+            Some(Ok(m)) => {
+                let Some(key) = m.key() else { continue };
+                let record =
+                    StoreRecord::decode(key, m.payload()).map_err(|e| failed(e.to_string()))?;
+                if let Some(record) = record {
+                    map.apply(record);
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => at_end = true,
+            Some(Err(e)) => return Err(failed(e.to_string())),
+        }
+    }
+}
+
+/// The consumer's context: rebalances run the transactional hand-over.
+pub struct TxContext {
+    core: Arc<Core>,
+}
+
+impl ClientContext for TxContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        clients::librdkafka_log(Cluster::Source, level, fac, message);
+    }
+
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        source_statistics(&self.core.shared, &statistics);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        let shared = &self.core.shared;
+        clients::client_error(
+            &shared.control,
+            Cluster::Source,
+            shared.stream,
+            &error,
+            reason,
+        );
+    }
+}
+
+impl ConsumerContext for TxContext {
+    /// Revocations commit (releasing the partitions) before the partitions go; assignments
+    /// fence, read the store and start each partition at its progress.
+    fn rebalance(&self, consumer: &TxConsumer, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        let core = &self.core;
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        let result = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                core.assign(consumer, tpl);
+                let result = if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                };
+                let partitions = partition_list(tpl);
+                if !partitions.is_empty() {
+                    let id = crate::native::member_id(consumer);
+                    core.call_listener("before_starting_fetchers", |l| {
+                        l.before_starting_fetchers(&id, &partitions)
+                    });
+                }
+                core.shared.assigned.store(true, Ordering::SeqCst);
+                result
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let partitions = partition_list(tpl);
+                core.revoke(consumer, &partitions);
+                if !partitions.is_empty() {
+                    core.call_listener("before_releasing_partitions", |l| {
+                        l.before_releasing_partitions(&partitions)
+                    });
+                }
+                if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
+            }
+            other => {
+                tracing::warn!(
+                    stream = core.stream,
+                    "rebalance error: {}",
+                    KafkaError::Rebalance(other.into())
+                );
+                if cooperative {
+                    Ok(())
+                } else {
+                    consumer.unassign()
+                }
+            }
+        };
+        Stats::add(&core.shared.stats.rebalances, 1);
+        if let Err(e) = result {
+            tracing::warn!(stream = core.stream, "applying the rebalance: {e}");
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        committed(&self.core.shared, &result, offsets.count());
+    }
+}
+
+/// One exactly-once stream.
+pub struct TxStream<'s> {
+    stream: usize,
+    settings: &'s Settings,
+    exactly_once: &'s ExactlyOnce,
+    core: Arc<Core>,
+    source: Source<TxContext>,
+    handler: RefCell<Option<Handler>>,
+    targets: TargetNames,
+    subscribed: Vec<String>,
+    gate: Arc<ShutdownGate>,
+}
+
+impl<'s> TxStream<'s> {
+    pub fn new(
+        stream: usize,
+        settings: &'s Settings,
+        store_topic: &str,
+        control: Arc<Control>,
+        stats: Arc<Stats>,
+        gate: Arc<ShutdownGate>,
+        creator: Option<Arc<TopicCreator>>,
+    ) -> Result<TxStream<'s>, TransactionError> {
+        let exactly_once =
+            settings
+                .exactly_once
+                .as_ref()
+                .ok_or_else(|| TransactionError::Stream {
+                    stream,
+                    message: "a transactional stream without --exactly.once true".to_owned(),
+                })?;
+        let txid = exactly_once.transactional_id(stream);
+        let shared = StreamShared::new(stream, control, stats, true, None);
+        let create = |client, source| TransactionError::Create {
+            stream,
+            client,
+            source,
+        };
+        let producer: TxProducer = settings
+            .producer
+            .client_config()
+            .set("transactional.id", &txid)
+            .create_with_context(TxDelivery {
+                shared: shared.clone(),
+                book: Mutex::default(),
+            })
+            .map_err(|e| create("transactional target producer", e))?;
+        let timeout = transaction_timeout(settings);
+        let started = Instant::now();
+        // Fences this instance's previous run of this stream, if any (its open transaction
+        // is aborted).
+        producer
+            .init_transactions(timeout)
+            .map_err(|source| TransactionError::Init {
+                stream,
+                txid: txid.clone(),
+                source,
+            })?;
+        tracing::info!(
+            stream,
+            "transactional id {txid} initialised in {:?}",
+            started.elapsed()
+        );
+        let listener = settings
+            .listener
+            .as_ref()
+            .map(|l| l.instance().map(Mutex::new))
+            .transpose()
+            .map_err(|e| TransactionError::Stream {
+                stream,
+                message: e.to_string(),
+            })?;
+        let handler = settings
+            .handler
+            .as_ref()
+            .map(|h| h.instance())
+            .transpose()
+            .map_err(|e| TransactionError::Stream {
+                stream,
+                message: e.to_string(),
+            })?;
+        let max_poll = max_poll_interval(settings);
+        let core = Arc::new(Core {
+            stream,
+            txid,
+            shared,
+            producer,
+            target: settings.producer.clone(),
+            store_topic: store_topic.to_owned(),
+            timeout,
+            read_timeout: max_poll / 5 * 2,
+            state: Mutex::default(),
+            closing: false.into(),
+            listener,
+            creator,
+            topic_retry_limit: max_poll / 3,
+            earliest: !matches!(
+                settings.consumer.get("auto.offset.reset").map(str::trim),
+                Some("latest" | "largest" | "end")
+            ),
+        });
+        let consumer: TxConsumer = settings
+            .consumer
+            .client_config()
+            .create_with_context(TxContext { core: core.clone() })
+            .map_err(|e| create("source consumer", e))?;
+        let source = Source::new(consumer).ok_or_else(|| {
+            create(
+                "source consumer queue (is group.id set?)",
+                KafkaError::ClientCreation("no consumer queue".to_owned()),
+            )
+        })?;
+        Ok(TxStream {
+            stream,
+            settings,
+            exactly_once,
+            core,
+            source,
+            handler: RefCell::new(handler),
+            targets: TargetNames::new(settings.target_topic.clone()),
+            subscribed: Vec::new(),
+            gate,
+        })
+    }
+
+    fn shared(&self) -> &StreamShared {
+        &self.core.shared
+    }
+
+    /// Runs until a stop is requested or a fatal error occurs, then commits (or aborts) and
+    /// leaves the group.
+    pub fn run(mut self, initial_topics: Vec<String>) -> Result<StreamReport, TransactionError> {
+        if let Err(e) = self.subscribe(initial_topics) {
+            self.gate.arrive();
+            return Err(e);
+        }
+        let interval = self.exactly_once.transaction_interval;
+        let max_records = self.settings.max_in_flight_records;
+        let mut next_group_commit = Instant::now() + self.settings.commit_interval;
+        let mut next_refresh = Instant::now() + self.settings.topic_refresh_interval;
+        while !self.shared().control.stop_requested() {
+            self.core.producer.poll(Duration::ZERO);
+            let failure = self.core.book().failure.take();
+            match failure {
+                Some(TxFailure::Abortable(why)) => {
+                    if let Err(TxFailure::Abortable(m) | TxFailure::Fatal(m)) =
+                        self.core.abort_and_rewind(self.source.consumer(), &why)
+                    {
+                        self.shared()
+                            .control
+                            .fail(format!("stream {}: {m}", self.stream));
+                    }
+                }
+                Some(TxFailure::Fatal(why)) => {
+                    self.shared().control.fail(format!(
+                        "stream {}: {why}. Stopping (--exactly.once true): the open transaction \
+                         is aborted, and a restart copies on from the last commit",
+                        self.stream
+                    ));
+                    break;
+                }
+                None => {}
+            }
+            if self.core.due(interval, max_records) {
+                self.core.commit_or_abort(self.source.consumer(), &[]);
+            }
+            let wait = self.core.state().open.map_or(POLL_INTERVAL, |began| {
+                interval.saturating_sub(began.elapsed()).min(POLL_INTERVAL)
+            });
+            match self.source.poll(wait) {
+                Polled::Nothing => {}
+                Polled::Record(record) => self.mirror(&record),
+                Polled::Error { error, reason } => clients::client_error(
+                    &self.shared().control,
+                    Cluster::Source,
+                    self.stream,
+                    &error,
+                    &reason,
+                ),
+            }
+            let now = Instant::now();
+            self.shared().turned(now);
+            if now >= next_group_commit {
+                if let Some(tpl) = self.core.monitoring_offsets(None) {
+                    if let Err(e) = self.source.commit_async(&tpl) {
+                        committed(self.shared(), &Err(e), tpl.count());
+                    }
+                }
+                next_group_commit = now + self.settings.commit_interval;
+            }
+            if now >= next_refresh {
+                self.refresh_topics();
+                next_refresh = Instant::now() + self.settings.topic_refresh_interval;
+            }
+        }
+        self.shutdown()
+    }
+
+    fn subscribe(&mut self, topics: Vec<String>) -> Result<(), TransactionError> {
+        if topics == self.subscribed {
+            return Ok(());
+        }
+        if topics.is_empty() {
+            tracing::warn!(
+                stream = self.stream,
+                "no topic on the source matches --whitelist {:?}; checking again every {:?}",
+                self.settings.topics.pattern(),
+                self.settings.topic_refresh_interval
+            );
+            self.source.consumer().unsubscribe();
+        } else {
+            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            self.source
+                .consumer()
+                .subscribe(&names)
+                .map_err(|e| TransactionError::Stream {
+                    stream: self.stream,
+                    message: format!("cannot subscribe to {topics:?}: {e}"),
+                })?;
+            tracing::info!(
+                stream = self.stream,
+                "subscribed to {} (exactly once): {}",
+                counted(topics.len(), "topic"),
+                topics.join(" ")
+            );
+        }
+        self.subscribed = topics;
+        Ok(())
+    }
+
+    fn refresh_topics(&mut self) {
+        match matching_topics(
+            self.source.consumer(),
+            &self.settings.topics,
+            METADATA_TIMEOUT,
+        ) {
+            Ok(topics) => {
+                if let Err(e) = self.subscribe(topics) {
+                    tracing::warn!("{e}");
+                }
+            }
+            Err(e) => tracing::warn!(
+                stream = self.stream,
+                "cannot list the source's topics: {e}; keeping the current subscription"
+            ),
+        }
+    }
+
+    /// Mirrors one consumed record into the open transaction: every record the handler
+    /// makes of it, or none, and then its partition's progress passes it.
+    fn mirror(&self, record: &Record<'_>) {
+        let shared = self.shared();
+        if shared.control.stop_requested() {
+            return;
+        }
+        Stats::add(&shared.stats.consumed, 1);
+        Stats::add(&shared.stats.consumed_bytes, record.size() as u64);
+        let mut handler = self.handler.borrow_mut();
+        let Some(route) = route(self.settings, shared, record, handler.as_mut()) else {
+            return;
+        };
+        if let Err(TxFailure::Abortable(m) | TxFailure::Fatal(m)) = self.core.begin() {
+            self.core.state().broken = true;
+            shared.control.fail(format!("stream {}: {m}", self.stream));
+            return;
+        }
+        let (topic, partition, offset) = (record.topic(), record.partition(), record.offset());
+        let sent = match route {
+            Route::Skip => true,
+            Route::AsItIs => self.send(
+                topic,
+                Outgoing {
+                    partition: same_partition(self.settings, record),
+                    key: record.key(),
+                    value: record.payload(),
+                    timestamp: record.timestamp(),
+                    headers: stamped(self.settings, record.copy_headers()),
+                    opaque: self.core.opaque(topic, partition, offset),
+                },
+                record,
+            ),
+            Route::Handled(outputs) => outputs.iter().all(|out| {
+                let mut headers = RawHeaders::none();
+                for (key, value) in &out.headers {
+                    headers.add(key, value.as_deref());
+                }
+                self.send(
+                    &out.topic,
+                    Outgoing {
+                        partition: out.partition.or(same_partition(self.settings, record)),
+                        key: out.key.as_deref(),
+                        value: out.value.as_deref(),
+                        timestamp: out.timestamp,
+                        headers: stamped(self.settings, headers),
+                        opaque: self.core.opaque(topic, partition, offset),
+                    },
+                    record,
+                )
+            }),
+        };
+        if sent {
+            self.core.copied(topic, partition, offset);
+        }
+    }
+
+    /// Hands one record to the producer, waiting out a full queue (the target acknowledges
+    /// records of an open transaction as they come). A record it refuses stops the mirror.
+    fn send(&self, topic: &str, mut out: Outgoing<'_>, record: &Record<'_>) -> bool {
+        let shared = self.shared();
+        let refuse = |why: String| {
+            self.core
+                .book()
+                .failure
+                .get_or_insert(TxFailure::Fatal(format!(
+                    "cannot mirror {}/{} offset {} to the target topic of {topic}: {why}",
+                    record.topic(),
+                    record.partition(),
+                    record.offset()
+                )));
+            false
+        };
+        let Some(target) = self.targets.of(topic) else {
+            return refuse("not a valid topic name".to_owned());
+        };
+        let started = Instant::now();
+        loop {
+            match produce(&self.core.producer, &target, &mut out) {
+                Ok(()) => {
+                    Stats::add(&shared.stats.produced, 1);
+                    return true;
+                }
+                Err(RDKafkaErrorCode::QueueFull) if started.elapsed() < self.core.timeout => {
+                    shared.turned(Instant::now());
+                    self.core.producer.poll(Duration::from_millis(10));
+                    if shared.control.stop_requested() {
+                        return false;
+                    }
+                }
+                Err(code) => return refuse(code.to_string()),
+            }
+        }
+    }
+
+    /// Commits the open transaction (or aborts it after a failure), commits the source
+    /// group for monitoring, and leaves the group, releasing the partitions cleanly.
+    fn shutdown(self) -> Result<StreamReport, TransactionError> {
+        let started = Instant::now();
+        let stream = self.stream;
+        let failed = self.shared().control.failure().is_some();
+        if failed {
+            if self.core.state().open.is_some() && !self.core.state().broken {
+                if let Err(e) = self.core.producer.abort_transaction(self.core.timeout) {
+                    tracing::warn!(stream, "aborting the open transaction: {e}");
+                }
+                let mut state = self.core.state();
+                state.open = None;
+                state.next = state.committed.clone();
+            }
+        } else {
+            self.core.commit_or_abort(self.source.consumer(), &[]);
+        }
+        if let Some(tpl) = self.core.monitoring_offsets(None) {
+            if let Err(e) = self.source.consumer().commit(&tpl, CommitMode::Sync) {
+                tracing::debug!(stream, "source group commit (monitoring only): {e}");
+            }
+        }
+        self.gate.arrive();
+        self.gate.wait(self.settings.shutdown_timeout);
+        // Unsubscribing revokes the partitions: each is released in a transaction of its
+        // own (after a failure too, at its last committed progress, if the producer still
+        // works), so that the next owner has no one to fence.
+        self.source.consumer().unsubscribe();
+        let deadline = Instant::now() + LEAVE_TIMEOUT;
+        while Instant::now() < deadline {
+            let _ = self.source.poll(Duration::from_millis(20));
+            let unassigned = self
+                .source
+                .consumer()
+                .assignment()
+                .is_ok_and(|a| a.count() == 0);
+            if unassigned {
+                break;
+            }
+        }
+        self.core.closing.store(true, Ordering::SeqCst);
+        drop(self.source);
+        tracing::info!(stream, "stopped (exactly once) in {:?}", started.elapsed());
+        Ok(StreamReport::default())
+    }
+}
+
+/// The consumer's `max.poll.interval.ms` (librdkafka's default: 300 s).
+fn max_poll_interval(settings: &Settings) -> Duration {
+    Duration::from_millis(
+        settings
+            .consumer
+            .get("max.poll.interval.ms")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(300_000),
+    )
+}
+
+/// The producer's `transaction.timeout.ms` (librdkafka's default: 60 s): how long a
+/// transactional call may take.
+fn transaction_timeout(settings: &Settings) -> Duration {
+    Duration::from_millis(
+        settings
+            .producer
+            .get("transaction.timeout.ms")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(60_000),
+    )
+}
