@@ -338,6 +338,20 @@ fn a_target_topic_the_mirror_may_not_write() {
         "--topic",
         "other",
     ]);
+    // The offset-mapping topic is the mirror's own: it may make and write it.
+    target.acls(&[
+        "--add",
+        "--allow-principal",
+        &principal,
+        "--operation",
+        "Create",
+        "--operation",
+        "Write",
+        "--operation",
+        "Describe",
+        "--topic",
+        "mirror-maker.offsets.source",
+    ]);
     write_samples(&source.bootstrap(), TOPIC, 0..RECORDS, PARTITIONS, 100).expect("writing");
     let producer = tls_producer(&pki);
     let producer = pairs(&producer);

@@ -14,9 +14,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-/// Source offsets `source_offset .. source_offset + count` of `source_topic/source_partition`
-/// were copied, in order, to target offsets `target_offset .. target_offset + count` of
-/// `target_topic/target_partition`.
+/// `count` records of `source_topic/source_partition`, from `source_offset` on, were copied in
+/// order to target offsets `target_offset .. target_offset + count` of
+/// `target_topic/target_partition`: every source offset from `source_offset` to the segment's
+/// end except those in `gaps` (source offsets that hold no copied record: transaction markers,
+/// aborted, compacted or filtered records).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Segment {
     pub source_topic: String,
@@ -26,11 +28,27 @@ pub struct Segment {
     pub source_offset: i64,
     pub target_offset: i64,
     pub count: i64,
+    /// `(first source offset, length)` of each gap, ascending, inside the segment.
+    pub gaps: Vec<(i64, i64)>,
 }
 
+/// Gaps one segment holds at most; the next one starts a new segment. A transactional source
+/// has a gap at every transaction marker: this keeps its store at one record per this many
+/// transactions, each record a few kilobytes.
+pub const MAX_GAPS: usize = 500;
+
 impl Segment {
-    fn source_end(&self) -> i64 {
-        self.source_offset + self.count
+    /// Copied records of this segment whose source offset is below `offset`.
+    fn copied_below(&self, offset: i64) -> i64 {
+        if offset <= self.source_offset {
+            return 0;
+        }
+        let skipped: i64 = self
+            .gaps
+            .iter()
+            .map(|&(start, len)| (offset.min(start + len) - start).max(0))
+            .sum();
+        (offset - self.source_offset - skipped).min(self.count)
     }
 }
 
@@ -87,6 +105,8 @@ struct SegmentValue {
     so: i64,
     to: i64,
     n: i64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    gaps: Vec<(i64, i64)>,
     ms: i64,
 }
 
@@ -144,6 +164,7 @@ impl StoreRecord {
                 so: s.source_offset,
                 to: s.target_offset,
                 n: s.count,
+                gaps: s.gaps.clone(),
                 ms,
             }),
             StoreRecord::Progress(p) => serde_json::to_vec(&ProgressValue {
@@ -179,6 +200,11 @@ impl StoreRecord {
                         v.n, v.to, s.to
                     )));
                 }
+                let ordered = v.gaps.iter().all(|g| g.1 > 0 && g.0 > v.so)
+                    && v.gaps.windows(2).all(|w| w[0].0 + w[0].1 < w[1].0);
+                if !ordered {
+                    return Err(error(format!("gaps {:?} out of order", v.gaps)));
+                }
                 Ok(Some(StoreRecord::Segment(Segment {
                     source_topic: s.source,
                     source_partition: s.sp,
@@ -187,6 +213,7 @@ impl StoreRecord {
                     source_offset: v.so,
                     target_offset: v.to,
                     count: v.n,
+                    gaps: v.gaps,
                 })))
             }
             (None, Some(p)) => {
@@ -226,6 +253,8 @@ pub struct Recorder {
 struct OpenSegment {
     segment: Segment,
     dirty: bool,
+    /// The segment's source end, kept rather than summed over its gaps per record.
+    end: i64,
 }
 
 impl OpenSegment {
@@ -255,12 +284,25 @@ impl Recorder {
             self.last = i;
             let open = &mut self.open[i];
             let s = &mut open.segment;
-            if source_offset == s.source_end() && target_offset == s.target_offset + s.count {
-                s.count += 1;
-                open.dirty = true;
-                return;
+            let end = open.end;
+            if target_offset == s.target_offset + s.count {
+                if source_offset == end {
+                    s.count += 1;
+                    open.dirty = true;
+                    open.end += 1;
+                    return;
+                }
+                if source_offset > end && s.gaps.len() < MAX_GAPS {
+                    // Offsets the source holds no copied record at (a transaction marker):
+                    // the target went on without a jump.
+                    s.gaps.push((end, source_offset - end));
+                    s.count += 1;
+                    open.dirty = true;
+                    open.end = source_offset + 1;
+                    return;
+                }
             }
-            if source_offset == s.source_end() - 1 && target_offset >= s.target_offset + s.count {
+            if source_offset == end - 1 && target_offset >= s.target_offset + s.count {
                 // A second target record of the same source record (a handler's fan-out
                 // into one partition): the first one is where a group resumes.
                 return;
@@ -275,8 +317,10 @@ impl Recorder {
                 source_offset,
                 target_offset,
                 count: 1,
+                gaps: Vec::new(),
             },
             dirty: true,
+            end: source_offset + 1,
         };
         match found {
             Some(i) => {
@@ -441,7 +485,7 @@ impl OffsetMap {
                 let below = segments
                     .values()
                     .filter(|s| s.source_offset < offset)
-                    .map(|s| s.target_offset + (offset - s.source_offset).min(s.count))
+                    .map(|s| s.target_offset + s.copied_below(offset))
                     .max();
                 let at = below.unwrap_or_else(|| {
                     segments
@@ -472,6 +516,7 @@ mod tests {
             source_offset: so,
             target_offset: to,
             count: n,
+            gaps: Vec::new(),
         })
     }
 
@@ -515,25 +560,59 @@ mod tests {
     }
 
     #[test]
-    fn consecutive_acknowledgements_make_one_segment_and_a_gap_starts_another() {
+    fn a_run_is_one_segment_that_absorbs_source_gaps_and_a_target_jump_starts_another() {
         let mut r = Recorder::default();
         for i in 0..5 {
             r.acked(("orders", 0), 100 + i, ("orders", 0), i);
         }
-        // Source offsets 105 and 106 are a transaction marker and an aborted record.
+        // Source offsets 105 and 106 are an aborted record and a transaction marker.
         r.acked(("orders", 0), 107, ("orders", 0), 5);
         let written = r.take_dirty();
-        assert_eq!(written.len(), 2, "{written:?}");
-        assert_eq!((written[0].source_offset, written[0].count), (100, 5));
+        assert_eq!(written.len(), 1, "{written:?}");
         assert_eq!(
-            (written[1].source_offset, written[1].target_offset),
-            (107, 5)
+            (written[0].source_offset, written[0].count, &written[0].gaps),
+            (100, 6, &vec![(105, 2)])
         );
         assert!(r.take_dirty().is_empty(), "nothing new");
-        r.acked(("orders", 0), 108, ("orders", 0), 6);
-        let grown = r.take_dirty();
-        assert_eq!(grown.len(), 1);
-        assert_eq!((grown[0].target_offset, grown[0].count), (5, 2));
+        // Another writer appended to the target partition: offset 6 is not ours.
+        r.acked(("orders", 0), 108, ("orders", 0), 7);
+        let jumped = r.take_dirty();
+        assert_eq!(jumped.len(), 1);
+        assert_eq!((jumped[0].source_offset, jumped[0].target_offset), (108, 7));
+    }
+
+    #[test]
+    fn a_segment_holds_at_most_max_gaps_gaps() {
+        let mut r = Recorder::default();
+        // A transactional writer: one record, then a marker, over and over.
+        for i in 0..=MAX_GAPS as i64 + 1 {
+            r.acked(("orders", 0), 2 * i, ("orders", 0), i);
+        }
+        let written = r.take_dirty();
+        assert_eq!(written.len(), 2, "{written:?}");
+        assert_eq!(written[0].gaps.len(), MAX_GAPS);
+        assert!(written[1].gaps.len() <= 1);
+    }
+
+    #[test]
+    fn records_with_gaps_round_trip_and_translate_around_them() {
+        let gapped = StoreRecord::Segment(Segment {
+            gaps: vec![(10, 1), (15, 3)],
+            ..match seg(0, 50, 16) {
+                StoreRecord::Segment(s) => s,
+                _ => unreachable!(),
+            }
+        });
+        let back = StoreRecord::decode(&gapped.key(), Some(&gapped.value())).unwrap();
+        assert_eq!(back.as_ref(), Some(&gapped));
+        // Source 0..9 -> 50..59, 10 a marker, 11..14 -> 60..63, 15..17 aborted, 18..19 -> 64..65.
+        let m = map(vec![gapped, progress(20)]);
+        assert_eq!(m.translate("orders", 0, 5), exact(55));
+        assert_eq!(m.translate("orders", 0, 10), exact(60));
+        assert_eq!(m.translate("orders", 0, 11), exact(60));
+        assert_eq!(m.translate("orders", 0, 16), exact(64));
+        assert_eq!(m.translate("orders", 0, 19), exact(65));
+        assert_eq!(m.translate("orders", 0, 20), exact(66));
     }
 
     #[test]

@@ -161,14 +161,16 @@ impl MappingStore {
 pub struct Flush {
     id: u64,
     remaining: AtomicUsize,
-    points: Vec<CommitPoint>,
+    points: Mutex<Vec<CommitPoint>>,
     persisted: Arc<Persisted>,
 }
 
 impl Flush {
     fn acknowledged(&self) {
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.persisted.done(self.id, &self.points);
+            let points =
+                std::mem::take(&mut *self.points.lock().unwrap_or_else(|e| e.into_inner()));
+            self.persisted.done(self.id, points);
         }
     }
 }
@@ -183,22 +185,42 @@ pub struct Persisted {
 #[derive(Debug, Default)]
 struct PersistedState {
     points: HashMap<(String, i32), i64>,
-    /// Every flush up to this id is acknowledged (flushes of one stream are acknowledged in
-    /// order: one producer, records of one key in one partition).
+    /// Every flush up to this id is acknowledged, and its points applied.
     done_through: u64,
+    /// Flushes acknowledged while an earlier one is not: applied once it is (a flush with
+    /// nothing to write completes at once, and its points are only as good as the write
+    /// before it).
+    early: std::collections::BTreeMap<u64, Vec<CommitPoint>>,
+    /// Per released partition, the first flush id made after the release: points of
+    /// earlier flushes that complete later belong to the previous ownership.
+    released: HashMap<(String, i32), u64>,
+}
+
+impl PersistedState {
+    fn apply(&mut self, id: u64, points: Vec<CommitPoint>) {
+        for p in points {
+            let key = (p.topic, p.partition);
+            if self.released.get(&key).is_some_and(|&after| id < after) {
+                continue;
+            }
+            let e = self.points.entry(key).or_insert(p.offset);
+            *e = (*e).max(p.offset);
+        }
+        self.done_through = id;
+    }
 }
 
 impl Persisted {
-    fn done(&self, id: u64, points: &[CommitPoint]) {
+    fn done(&self, id: u64, points: Vec<CommitPoint>) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        for p in points {
-            let e = state
-                .points
-                .entry((p.topic.clone(), p.partition))
-                .or_insert(p.offset);
-            *e = (*e).max(p.offset);
+        state.early.insert(id, points);
+        loop {
+            let next = state.done_through + 1;
+            let Some(points) = state.early.remove(&next) else {
+                break;
+            };
+            state.apply(next, points);
         }
-        state.done_through = state.done_through.max(id);
         self.changed.notify_all();
     }
 }
@@ -270,11 +292,12 @@ impl StreamMapping {
         let flush = Arc::new(Flush {
             id,
             remaining: AtomicUsize::new(records.len()),
-            points,
+            points: Mutex::new(points),
             persisted: self.persisted.clone(),
         });
         if records.is_empty() {
-            self.persisted.done(id, &flush.points);
+            flush.remaining.store(1, Ordering::Release);
+            flush.acknowledged();
         } else {
             self.store.write(&records, &flush);
         }
@@ -334,11 +357,13 @@ impl StreamMapping {
             .state
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        let next = *self.next_flush.lock().unwrap_or_else(|e| e.into_inner()) + 1;
         for (topic, partition) in partitions {
             recorder.forget(topic, *partition);
             let key = (topic.clone(), *partition);
             written.remove(&key);
             state.points.remove(&key);
+            state.released.insert(key, next);
         }
     }
 
@@ -494,4 +519,49 @@ pub fn load(props: &ClientProps, topic: &str, timeout: Duration) -> Result<Offse
         }
     }
     Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(offset: i64) -> Vec<CommitPoint> {
+        vec![CommitPoint {
+            topic: "orders".into(),
+            partition: 0,
+            offset,
+        }]
+    }
+
+    fn stored(p: &Persisted) -> (u64, Option<i64>) {
+        let state = p.state.lock().unwrap();
+        (
+            state.done_through,
+            state.points.get(&("orders".to_owned(), 0)).copied(),
+        )
+    }
+
+    #[test]
+    fn a_write_acknowledged_before_an_earlier_one_commits_nothing_until_that_one_is() {
+        let p = Persisted::default();
+        // Flush 2 had nothing to write (complete at once); flush 1's records are in flight.
+        p.done(2, point(100));
+        assert_eq!(stored(&p), (0, None));
+        p.done(1, point(100));
+        assert_eq!(stored(&p), (2, Some(100)));
+    }
+
+    #[test]
+    fn a_write_that_completes_after_its_partition_was_released_sets_no_point() {
+        let p = Persisted::default();
+        p.state
+            .lock()
+            .unwrap()
+            .released
+            .insert(("orders".to_owned(), 0), 2);
+        p.done(1, point(500));
+        assert_eq!(stored(&p), (1, None));
+        p.done(2, point(300));
+        assert_eq!(stored(&p), (2, Some(300)));
+    }
 }

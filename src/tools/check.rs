@@ -90,11 +90,23 @@ pub fn check(settings: &Settings) -> CheckReport {
         .push(crate::settings::record_size_bound(&settings.producer));
     let matching = settings.topics.select(&source);
     let source_topics: Vec<String> = matching.iter().map(|(t, _)| t.clone()).collect();
-    let target_topics: Vec<String> = source_topics
+    let mut target_topics: Vec<String> = source_topics
         .iter()
         .map(|t| settings.target_topic.render(t))
         .filter(|t| target.contains_key(t))
         .collect();
+    if let Some(store) = &settings.offset_mapping {
+        // The mirror writes its offset mapping there: WRITE as for a target topic.
+        report.lines.push(match target.get(store) {
+            Some(_) => {
+                target_topics.push(store.clone());
+                format!("offset mapping: topic {store} exists")
+            }
+            None => format!(
+                "offset mapping: topic {store} is missing, will be created (compacted, 1                  partition; the producer's principal needs CREATE on it)"
+            ),
+        });
+    }
     // Both clusters are asked at once: one that does not answer (librdkafka's mock cluster
     // has no controller to send DescribeTopics to) costs one wait, not two.
     let (source_ops, target_ops) = std::thread::scope(|s| {
