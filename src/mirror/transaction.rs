@@ -28,7 +28,7 @@
 //! open transaction becomes visible, and the next owner copies on from the store.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -72,6 +72,11 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a commit the target calls retriable is tried before the transaction is aborted.
 const COMMIT_TRIES: u32 = 3;
+/// How long one read of the store may wait for transactions on it to end (in the rebalance
+/// callback, and then at each retry from the stream's loop).
+const FIRST_READ_PATIENCE: Duration = Duration::from_secs(2);
+/// How often the start of pending partitions is tried again.
+const PENDING_RETRY: Duration = Duration::from_millis(500);
 /// The delivery opaque of the store's records (a mirrored record's is a generation and an
 /// index, never this).
 const STORE_OPAQUE: usize = usize::MAX;
@@ -259,21 +264,83 @@ impl ProducerContext for TxDelivery {
     }
 }
 
+/// One owned source partition.
+#[derive(Debug)]
+struct Part {
+    topic: String,
+    partition: i32,
+    /// The next source offset to copy, as of the open transaction.
+    next: i64,
+    /// The next source offset as of the last committed transaction (`None` for a partition
+    /// just assigned, whose claim is still to be written).
+    committed: Option<i64>,
+    /// Whether the consumer's position may move `next` (past records a `read_committed`
+    /// consumer never returns): only while every record polled from the partition since it
+    /// was assigned or rewound went into a transaction. A record polled and not mirrored
+    /// (stopping, a failed send) clears it until the next one mirrored.
+    followable: bool,
+}
+
+impl Part {
+    fn key(&self) -> Partition {
+        (self.topic.clone(), self.partition)
+    }
+
+    fn is(&self, topic: &str, partition: i32) -> bool {
+        self.partition == partition && self.topic == topic
+    }
+
+    fn dirty(&self) -> bool {
+        self.committed != Some(self.next)
+    }
+}
+
 /// The open transaction and the partitions it covers.
 #[derive(Debug, Default)]
 struct TxState {
     /// When the open transaction began.
     open: Option<Instant>,
-    /// Per owned partition: the next source offset to copy, as of the open transaction.
-    next: HashMap<Partition, i64>,
-    /// Per owned partition: the next source offset as of the last committed transaction
-    /// (absent for a partition just assigned, whose claim is still to be written).
-    committed: HashMap<Partition, i64>,
-    /// Owned partitions that returned a record since they were assigned or rewound: their
-    /// consumer position can be trusted (it follows what was polled).
-    polled: HashSet<Partition>,
+    /// The owned partitions (few per stream: found by a scan, no allocation per record).
+    parts: Vec<Part>,
+    /// The index of the part last found.
+    last: usize,
     /// The producer cannot be used any more (fenced, or a fatal error).
     broken: bool,
+    /// Assigned partitions whose start could not be read yet (a crashed owner's open
+    /// transaction on the store): paused until it is; and since when.
+    pending: Vec<Partition>,
+    pending_since: Option<Instant>,
+    /// When the pending partitions' start was last tried.
+    pending_tried: Option<Instant>,
+}
+
+impl TxState {
+    fn find(&mut self, topic: &str, partition: i32) -> Option<&mut Part> {
+        if !self
+            .parts
+            .get(self.last)
+            .is_some_and(|p| p.is(topic, partition))
+        {
+            self.last = self.parts.iter().position(|p| p.is(topic, partition))?;
+        }
+        self.parts.get_mut(self.last)
+    }
+
+    fn remove(&mut self, topic: &str, partition: i32) {
+        self.parts.retain(|p| !p.is(topic, partition));
+        self.last = 0;
+    }
+
+    /// Back to the last commit: what the open transaction held is aborted.
+    fn rewind(&mut self) {
+        self.open = None;
+        for p in &mut self.parts {
+            if let Some(c) = p.committed {
+                p.next = c;
+            }
+            p.followable = false;
+        }
+    }
 }
 
 /// What the stream's loop and its rebalance callback share.
@@ -287,8 +354,6 @@ pub struct Core {
     store_topic: String,
     /// How long a transactional call (commit, abort, a fencing initialisation) may take.
     timeout: Duration,
-    /// How long reading the store may take.
-    read_timeout: Duration,
     state: Mutex<TxState>,
     /// Set once the stream has left the group: what the close still serves does nothing.
     closing: AtomicBool,
@@ -331,12 +396,26 @@ impl Core {
         ((book.generation as usize) << 32) | (book.sent.len() - 1)
     }
 
+    /// A record of `topic/partition` was polled: until it is copied, the position of its
+    /// partition is past a record no transaction holds.
+    /// Returns whether the stream copies that partition now (not: released, or its start
+    /// still pending).
+    fn polled(&self, topic: &str, partition: i32) -> bool {
+        match self.state().find(topic, partition) {
+            Some(p) => {
+                p.followable = false;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// `topic/partition` was copied up to `offset` (included) in the open transaction.
     fn copied(&self, topic: &str, partition: i32, offset: i64) {
-        let mut state = self.state();
-        let key = (topic.to_owned(), partition);
-        state.next.insert(key.clone(), offset + 1);
-        state.polled.insert(key);
+        if let Some(p) = self.state().find(topic, partition) {
+            p.next = offset + 1;
+            p.followable = true;
+        }
     }
 
     fn classify(&self, what: &str, e: &KafkaError) -> TxFailure {
@@ -346,14 +425,17 @@ impl Core {
         };
         let fenced = matches!(
             e.rdkafka_error_code(),
-            Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch)
+            Some(
+                RDKafkaErrorCode::Fenced
+                    | RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+            )
         );
         if fenced {
             TxFailure::Fatal(format!(
                 "the target fenced transactional id {} ({e}) when trying to {what}: another \
                  instance took over this stream's partitions (this one was paused or cut off \
-                 from the group past session.timeout.ms, or another process runs with the \
-                 same --instance.id); stopping. Nothing of the open transaction is visible to \
+                 from the group past session.timeout.ms); stopping. Nothing of the open transaction is visible to \
                  read_committed readers, and the partitions' new owner copies on from the \
                  offset-mapping topic",
                 self.txid
@@ -396,12 +478,7 @@ impl Core {
         self.follow_positions(consumer);
         let pending = {
             let state = self.state();
-            state.open.is_some()
-                || !released.is_empty()
-                || state
-                    .next
-                    .iter()
-                    .any(|(p, n)| state.committed.get(p) != Some(n))
+            state.open.is_some() || !released.is_empty() || state.parts.iter().any(Part::dirty)
         };
         if !pending {
             return Ok(());
@@ -423,16 +500,16 @@ impl Core {
         }
         let progress: Vec<Progress> = {
             let state = self.state();
+            let releasing = |p: &Part| released.iter().any(|(t, n)| p.is(t, *n));
             state
-                .next
+                .parts
                 .iter()
-                .filter(|(p, n)| state.committed.get(*p) != Some(*n) || released.contains(p))
-                .map(|((topic, partition), next)| Progress {
-                    topic: topic.clone(),
-                    partition: *partition,
-                    next: *next,
-                    transactional_id: (!released.contains(&(topic.clone(), *partition)))
-                        .then(|| self.txid.clone()),
+                .filter(|p| p.dirty() || releasing(p))
+                .map(|p| Progress {
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                    next: p.next,
+                    transactional_id: (!releasing(p)).then(|| self.txid.clone()),
                 })
                 .collect()
         };
@@ -460,7 +537,9 @@ impl Core {
         }
         let mut state = self.state();
         state.open = None;
-        state.committed = state.next.clone();
+        for p in &mut state.parts {
+            p.committed = Some(p.next);
+        }
         Ok(())
     }
 
@@ -503,12 +582,10 @@ impl Core {
             let Offset::Offset(position) = e.offset() else {
                 continue;
             };
-            let key = (e.topic().to_owned(), e.partition());
-            if !state.polled.contains(&key) {
-                continue;
-            }
-            if let Some(next) = state.next.get_mut(&key) {
-                *next = (*next).max(position);
+            if let Some(p) = state.find(e.topic(), e.partition()) {
+                if p.followable {
+                    p.next = p.next.max(position);
+                }
             }
         }
     }
@@ -540,14 +617,10 @@ impl Core {
         }
         let committed: Vec<(Partition, i64)> = {
             let mut state = self.state();
-            state.open = None;
-            state.polled.clear();
-            let committed = state.committed.clone();
-            state.next.retain(|p, _| committed.contains_key(p));
-            for (p, n) in &committed {
-                state.next.insert(p.clone(), *n);
-            }
-            committed.into_iter().collect()
+            state.rewind();
+            // A partition whose claim never committed has nothing to go back to: it is
+            // claimed again from where it was assigned.
+            state.parts.iter().map(|p| (p.key(), p.next)).collect()
         };
         if committed.is_empty() {
             return Ok(());
@@ -612,11 +685,14 @@ impl Core {
     fn monitoring_offsets(&self, only: Option<&[Partition]>) -> Option<TopicPartitionList> {
         let state = self.state();
         let mut tpl = TopicPartitionList::new();
-        for ((topic, partition), next) in &state.committed {
-            if only.is_some_and(|o| !o.contains(&(topic.clone(), *partition))) {
+        for p in &state.parts {
+            let Some(committed) = p.committed else {
+                continue;
+            };
+            if only.is_some_and(|o| !o.iter().any(|(t, n)| p.is(t, *n))) {
                 continue;
             }
-            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
+            let _ = tpl.add_partition_offset(&p.topic, p.partition, Offset::Offset(committed));
         }
         (tpl.count() > 0).then_some(tpl)
     }
@@ -628,21 +704,35 @@ impl Core {
         &self,
         consumer: &TxConsumer,
         partitions: &[Partition],
-    ) -> Result<Vec<(Partition, i64)>, String> {
-        let mut map = read_store(&self.target, &self.store_topic, self.read_timeout)?;
-        let mut owners: Vec<String> = partitions
-            .iter()
-            .filter_map(|(t, p)| map.progress(t, *p))
-            .filter_map(|p| p.transactional_id.clone())
-            .filter(|id| *id != self.txid)
-            .collect();
-        owners.sort();
-        owners.dedup();
-        for owner in &owners {
-            self.fence(owner)?;
-        }
-        if !owners.is_empty() {
-            map = read_store(&self.target, &self.store_topic, self.read_timeout)?;
+        patience: Duration,
+    ) -> Result<Vec<(Partition, i64)>, ReadError> {
+        // First what is readable now (a crashed owner's open transaction may hold the
+        // store's last stable offset back until it is fenced), then, once the owners found
+        // there are fenced, everything up to the high watermark; owners found only there are
+        // fenced in turn, and the store read again.
+        let read =
+            |through: Through| read_store(&self.target, &self.store_topic, through, patience);
+        let mut map = read(Through::Stable)?;
+        let mut fenced: Vec<String> = Vec::new();
+        let mut complete = false;
+        loop {
+            let mut owners: Vec<String> = partitions
+                .iter()
+                .filter_map(|(t, p)| map.progress(t, *p))
+                .filter_map(|p| p.transactional_id.clone())
+                .filter(|id| *id != self.txid && !fenced.contains(id))
+                .collect();
+            owners.sort();
+            owners.dedup();
+            if owners.is_empty() && complete {
+                break;
+            }
+            for owner in owners {
+                self.fence(&owner).map_err(ReadError::Failed)?;
+                fenced.push(owner);
+            }
+            map = read(Through::HighWatermark)?;
+            complete = true;
         }
         let mut starts = Vec::with_capacity(partitions.len());
         let mut missing = TopicPartitionList::new();
@@ -659,7 +749,11 @@ impl Core {
         }
         let committed = consumer
             .committed_offsets(missing.clone(), self.timeout)
-            .map_err(|e| format!("cannot read the source group's committed offsets: {e}"))?;
+            .map_err(|e| {
+                ReadError::NotYet(format!(
+                    "cannot read the source group's committed offsets: {e}"
+                ))
+            })?;
         let earliest = self.earliest;
         for e in missing.elements() {
             let key = (e.topic().to_owned(), e.partition());
@@ -676,11 +770,11 @@ impl Core {
                     let (low, high) = consumer
                         .fetch_watermarks(e.topic(), e.partition(), self.timeout)
                         .map_err(|err| {
-                            format!(
+                            ReadError::NotYet(format!(
                                 "cannot read the source watermarks of {}/{}: {err}",
                                 e.topic(),
                                 e.partition()
-                            )
+                            ))
                         })?;
                     if earliest {
                         low
@@ -739,25 +833,55 @@ impl Core {
         if let Some(creator) = &self.creator {
             make_target_topics(creator, &partitions, &self.shared, self.topic_retry_limit);
         }
-        let starts = match self.starts(consumer, &partitions) {
-            Ok(s) => s,
-            Err(e) => {
+        match self.starts(consumer, &partitions, FIRST_READ_PATIENCE) {
+            Ok(starts) => {
+                self.start(consumer, &starts);
+                for ((topic, partition), next) in &starts {
+                    let _ = tpl.set_partition_offset(topic, *partition, Offset::Offset(*next));
+                }
+            }
+            Err(ReadError::Failed(e)) => {
                 self.shared
                     .control
                     .fail(format!("stream {}: {e}", self.stream));
-                return;
             }
-        };
-        {
-            let mut state = self.state();
-            for (p, next) in &starts {
-                state.next.insert(p.clone(), *next);
-                state.committed.remove(p);
-                state.polled.remove(p);
+            Err(ReadError::NotYet(why)) => {
+                tracing::info!(
+                    stream = self.stream,
+                    "the start of the assigned partitions cannot be read yet ({why}); they \
+                     stay paused, and the stream tries again while it serves the group"
+                );
+                let mut state = self.state();
+                state.pending.extend(partitions);
+                state.pending_since.get_or_insert_with(Instant::now);
+                state.pending_tried = Some(Instant::now());
             }
         }
-        // The claim: this stream's id on each assigned partition, before anything of it is
-        // copied, so that a later owner fences this one if it does not release cleanly.
+    }
+
+    /// Starts copying `starts` (each partition at its offset): claims them, in a transaction,
+    /// before anything of them is copied, so that a later owner fences this stream if it
+    /// does not release them cleanly.
+    fn start<C: ConsumerContext>(&self, consumer: &BaseConsumer<C>, starts: &[(Partition, i64)]) {
+        {
+            let mut state = self.state();
+            for ((topic, partition), next) in starts {
+                state.remove(topic, *partition);
+                state
+                    .pending
+                    .retain(|(t, p)| !(t == topic && p == partition));
+                state.parts.push(Part {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    next: *next,
+                    committed: None,
+                    followable: false,
+                });
+            }
+            if state.pending.is_empty() {
+                state.pending_since = None;
+            }
+        }
         let claimed = self.commit_or_abort(consumer, &[])
             || self.shared.control.stop_requested()
             || self.commit_or_abort(consumer, &[]);
@@ -777,8 +901,58 @@ impl Core {
             "starting from the offset mapping's progress: {}",
             described.join(" ")
         );
+    }
+
+    /// Tries again to start the partitions whose start could not be read when they were
+    /// assigned: on success they are claimed, moved to their start and resumed. Gives up
+    /// (stopping the mirror) after twice the transaction timeout, by which the target has
+    /// aborted any transaction a crashed owner left open.
+    fn start_pending(&self, consumer: &TxConsumer) {
+        let (partitions, since) = {
+            let mut state = self.state();
+            let due = state
+                .pending_tried
+                .is_none_or(|t| t.elapsed() >= PENDING_RETRY);
+            if state.pending.is_empty() || !due || state.broken {
+                return;
+            }
+            state.pending_tried = Some(Instant::now());
+            (state.pending.clone(), state.pending_since)
+        };
+        let starts = match self.starts(consumer, &partitions, FIRST_READ_PATIENCE) {
+            Ok(s) => s,
+            Err(ReadError::NotYet(why)) if since.is_none_or(|t| t.elapsed() < self.timeout * 2) => {
+                tracing::debug!(stream = self.stream, "start still pending: {why}");
+                return;
+            }
+            Err(ReadError::NotYet(e) | ReadError::Failed(e)) => {
+                self.shared
+                    .control
+                    .fail(format!("stream {}: {e}", self.stream));
+                return;
+            }
+        };
+        self.start(consumer, &starts);
+        let mut tpl = TopicPartitionList::with_capacity(starts.len());
         for ((topic, partition), next) in &starts {
-            let _ = tpl.set_partition_offset(topic, *partition, Offset::Offset(*next));
+            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
+        }
+        let moved = consumer
+            .seek_partitions(tpl.clone(), self.timeout)
+            .map_err(|e| e.to_string())
+            .and_then(
+                |r| match r.elements().iter().find_map(|e| e.error().err()) {
+                    Some(e) => Err(e.to_string()),
+                    None => Ok(()),
+                },
+            )
+            .and_then(|()| consumer.resume(&tpl).map_err(|e| e.to_string()));
+        if let Err(e) = moved {
+            self.state().broken = true;
+            self.shared.control.fail(format!(
+                "stream {}: cannot move the assigned partitions to their start: {e}; stopping",
+                self.stream
+            ));
         }
     }
 
@@ -790,18 +964,24 @@ impl Core {
         let closing = self.closing.load(Ordering::SeqCst);
         if !closing && !self.state().broken {
             if consumer.assignment_lost() {
-                tracing::warn!(
-                    stream,
-                    "the group took back {} from this stream (assignment lost); aborting the \
-                     open transaction: their next owner fences this stream and copies them \
-                     from the offset mapping",
-                    counted(partitions.len(), "partition")
-                );
-                if let Err(TxFailure::Abortable(m) | TxFailure::Fatal(m)) =
-                    self.abort_and_rewind(consumer, "assignment lost")
-                {
-                    self.shared.control.fail(format!("stream {stream}: {m}"));
+                // The group gave the partitions away without this member (its session timed
+                // out: paused, cut off, or too slow): their next owner fences this stream's
+                // transactional id, so this producer may be unusable already, and a stream
+                // that went on would fence that owner in turn when it gets partitions again.
+                // Stop instead; a restart rejoins with a fresh producer.
+                if self.state().open.is_some() {
+                    let _ = self.producer.abort_transaction(self.timeout);
                 }
+                self.state().broken = true;
+                self.shared.control.fail(format!(
+                    "stream {stream}: the group took back {} from this stream (assignment lost: \
+                     its session timed out, e.g. the process was paused or cut off from the \
+                     source cluster); stopping (--exactly.once true): its open transaction is \
+                     aborted, their next owner fences transactional id {} and copies on from \
+                     the offset mapping; restart this instance to rejoin",
+                    counted(partitions.len(), "partition"),
+                    self.txid
+                ));
             } else if self.commit_or_abort(consumer, partitions) {
                 tracing::info!(
                     stream,
@@ -828,11 +1008,15 @@ impl Core {
         }
         let mut state = self.state();
         let mut book = self.book();
-        for p in partitions {
-            state.next.remove(p);
-            state.committed.remove(p);
-            state.polled.remove(p);
-            book.recorder.forget(&p.0, p.1);
+        for (topic, partition) in partitions {
+            state.remove(topic, *partition);
+            state
+                .pending
+                .retain(|(t, p)| !(t == topic && p == partition));
+            book.recorder.forget(topic, *partition);
+        }
+        if state.pending.is_empty() {
+            state.pending_since = None;
         }
     }
 
@@ -887,12 +1071,26 @@ impl ClientContext for StoreReaderContext {
 
 impl ConsumerContext for StoreReaderContext {}
 
-/// Reads the whole store topic, committed records only, up to its high watermark as it is
-/// now: unlike a read to the end of what is readable (the last stable offset), this waits
-/// for every transaction begun before it to end, so a progress committed just before this
-/// stream was assigned its partition (the previous owner's release) is never missed behind
-/// another stream's open transaction.
-fn read_store(target: &ClientProps, topic: &str, timeout: Duration) -> Result<OffsetMap, String> {
+/// How far [`read_store`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Through {
+    /// What is readable now: up to the last stable offset (the first record of the oldest
+    /// open transaction).
+    Stable,
+    /// Up to the high watermark as it is when the read starts: this waits for every
+    /// transaction begun before it to end, so that a progress committed just before this
+    /// stream was assigned its partition (the previous owner's release) is never missed
+    /// behind another stream's open transaction.
+    HighWatermark,
+}
+
+/// Reads the whole store topic, committed records only, as far as `through` says.
+fn read_store(
+    target: &ClientProps,
+    topic: &str,
+    through: Through,
+    timeout: Duration,
+) -> Result<OffsetMap, ReadError> {
     let reader = |isolation: &str| {
         target
             .connection_config()
@@ -902,9 +1100,14 @@ fn read_store(target: &ClientProps, topic: &str, timeout: Duration) -> Result<Of
             .set("isolation.level", isolation)
             .set("allow.auto.create.topics", "false")
             .create_with_context::<_, BaseConsumer<StoreReaderContext>>(StoreReaderContext)
-            .map_err(|e| format!("cannot make a reader of the offset-mapping topic {topic}: {e}"))
+            .map_err(|e| {
+                ReadError::Failed(format!(
+                    "cannot make a reader of the offset-mapping topic {topic}: {e}"
+                ))
+            })
     };
-    let failed = |e: String| format!("cannot read the offset-mapping topic {topic}: {e}");
+    let failed =
+        |e: String| ReadError::NotYet(format!("cannot read the offset-mapping topic {topic}: {e}"));
     // A read_uncommitted client's watermarks are the high watermarks, not the stable ones.
     let uncommitted = reader("read_uncommitted")?;
     let metadata = uncommitted
@@ -938,9 +1141,15 @@ fn read_store(target: &ClientProps, topic: &str, timeout: Duration) -> Result<Of
     }
     consumer.assign(&tpl).map_err(|e| failed(e.to_string()))?;
     let deadline = Instant::now() + timeout;
+    // Partitions whose readable end was reached (librdkafka's end of partition: the last
+    // stable offset, for a read_committed reader).
+    let mut stable_end = std::collections::HashSet::new();
     let mut at_end = false;
     loop {
-        if at_end {
+        if through == Through::Stable && stable_end.len() == ends.len() {
+            return Ok(map);
+        }
+        if at_end && through == Through::HighWatermark {
             let positions = consumer.position().map_err(|e| failed(e.to_string()))?;
             let done = ends.iter().all(|(p, end)| {
                 positions
@@ -953,25 +1162,36 @@ fn read_store(target: &ClientProps, topic: &str, timeout: Duration) -> Result<Of
         }
         if Instant::now() >= deadline {
             return Err(failed(format!(
-                "not read up to its high watermark within {timeout:?} (a transaction on it \
-                 still open: an instance that crashed mid-commit; the target aborts it after \
-                 its transaction.timeout.ms)"
+                "not read to its end within {timeout:?} (a transaction on it still open: a \
+                 crashed instance's, which the target aborts after its transaction.timeout.ms)"
             )));
         }
         match consumer.poll(Duration::from_millis(100)) {
             None => at_end = true,
             Some(Ok(m)) => {
                 let Some(key) = m.key() else { continue };
-                let record =
-                    StoreRecord::decode(key, m.payload()).map_err(|e| failed(e.to_string()))?;
+                let record = StoreRecord::decode(key, m.payload())
+                    .map_err(|e| ReadError::Failed(format!("topic {topic}: {e}")))?;
                 if let Some(record) = record {
                     map.apply(record);
                 }
             }
-            Some(Err(KafkaError::PartitionEOF(_))) => at_end = true,
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                stable_end.insert(p);
+                at_end = true;
+            }
             Some(Err(e)) => return Err(failed(e.to_string())),
         }
     }
+}
+
+/// Why the store could not be read.
+#[derive(Debug)]
+enum ReadError {
+    /// Not now (a transaction on it still open, a time-out): try again.
+    NotYet(String),
+    /// For good.
+    Failed(String),
 }
 
 /// The consumer's context: rebalances run the transactional hand-over.
@@ -1017,6 +1237,21 @@ impl ConsumerContext for TxContext {
                 } else {
                     consumer.assign(tpl)
                 };
+                let pending = core.state().pending.clone();
+                if !pending.is_empty() {
+                    let mut paused = TopicPartitionList::new();
+                    for (topic, partition) in &pending {
+                        paused.add_partition(topic, *partition);
+                    }
+                    if let Err(e) = consumer.pause(&paused) {
+                        core.state().broken = true;
+                        core.shared.control.fail(format!(
+                            "stream {}: cannot pause the partitions whose start is pending: \
+                             {e}; stopping",
+                            core.stream
+                        ));
+                    }
+                }
                 let partitions = partition_list(tpl);
                 if !partitions.is_empty() {
                     let id = crate::native::member_id(consumer);
@@ -1114,8 +1349,7 @@ impl<'s> TxStream<'s> {
             .map_err(|e| create("transactional target producer", e))?;
         let timeout = transaction_timeout(settings);
         let started = Instant::now();
-        // Fences this instance's previous run of this stream, if any (its open transaction
-        // is aborted).
+        // A new id (one per run): registers it with the target's transaction coordinator.
         producer
             .init_transactions(timeout)
             .map_err(|source| TransactionError::Init {
@@ -1155,7 +1389,6 @@ impl<'s> TxStream<'s> {
             target: settings.producer.clone(),
             store_topic: store_topic.to_owned(),
             timeout,
-            read_timeout: max_poll / 5 * 2,
             state: Mutex::default(),
             closing: false.into(),
             listener,
@@ -1228,6 +1461,7 @@ impl<'s> TxStream<'s> {
                 }
                 None => {}
             }
+            self.core.start_pending(self.source.consumer());
             if self.core.due(interval, max_records) {
                 self.core.commit_or_abort(self.source.consumer(), &[]);
             }
@@ -1317,7 +1551,8 @@ impl<'s> TxStream<'s> {
     /// makes of it, or none, and then its partition's progress passes it.
     fn mirror(&self, record: &Record<'_>) {
         let shared = self.shared();
-        if shared.control.stop_requested() {
+        let owned = self.core.polled(record.topic(), record.partition());
+        if !owned || shared.control.stop_requested() {
             return;
         }
         Stats::add(&shared.stats.consumed, 1);
@@ -1419,9 +1654,7 @@ impl<'s> TxStream<'s> {
                 if let Err(e) = self.core.producer.abort_transaction(self.core.timeout) {
                     tracing::warn!(stream, "aborting the open transaction: {e}");
                 }
-                let mut state = self.core.state();
-                state.open = None;
-                state.next = state.committed.clone();
+                self.core.state().rewind();
             }
         } else {
             self.core.commit_or_abort(self.source.consumer(), &[]);
@@ -1433,6 +1666,10 @@ impl<'s> TxStream<'s> {
         }
         self.gate.arrive();
         self.gate.wait(self.settings.shutdown_timeout);
+        // What the polls below return is not mirrored: positions say nothing any more.
+        for p in &mut self.core.state().parts {
+            p.followable = false;
+        }
         // Unsubscribing revokes the partitions: each is released in a transaction of its
         // own (after a failure too, at its last committed progress, if the producer still
         // works), so that the next owner has no one to fence.

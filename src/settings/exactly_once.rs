@@ -26,16 +26,30 @@ pub struct ExactlyOnce {
     pub group_id: String,
     /// This instance's name (`--instance.id`, or the host name).
     pub instance_id: String,
+    /// This run of the process: its start time (ms since the epoch) and process id, in hex.
+    pub run: String,
 }
 
 impl ExactlyOnce {
-    /// The transactional id of stream `stream` of this instance: `<group.id>-<instance
-    /// id>-<stream>`. Stable across restarts of the same instance, so that a restarted
-    /// instance fences its own previous run (aborting the transaction it left open) as it
-    /// starts; unique among the instances of a group as long as their instance ids are.
+    /// The transactional id of stream `stream` of this run: `<group.id>-<instance
+    /// id>-<run>-<stream>`. Unique per run, so that a new run is never fenced by the owner
+    /// that takes over the partitions of a previous one (which may have the same instance
+    /// id): the offset-mapping topic names the id that last committed each partition, and
+    /// the next owner fences exactly that one.
     pub fn transactional_id(&self, stream: usize) -> String {
-        format!("{}-{}-{stream}", self.group_id, self.instance_id)
+        format!(
+            "{}-{}-{}-{stream}",
+            self.group_id, self.instance_id, self.run
+        )
     }
+}
+
+/// A name for this run of the process: its start time in milliseconds and its process id.
+fn this_run() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("{ms:x}{:x}", std::process::id())
 }
 
 /// The producer's `transactional.id` set by the user, refused in every mode: the mirror makes
@@ -45,8 +59,8 @@ pub fn refuse_user_transactional_id(producer: &ClientProps) -> Result<(), Settin
     match producer.get("transactional.id") {
         Some(id) => Err(SettingsError::Usage(format!(
             "producer config {}: transactional.id = {id:?} is not for the user to set: with \
-             --exactly.once true the mirror makes one per stream (<group.id>-<instance id>-\
-             <stream>; name the instance with --instance.id); remove the key",
+             --exactly.once true the mirror makes one per stream and run (<group.id>-<instance \
+             id>-<run>-<stream>; name the instance with --instance.id); remove the key",
             producer.path.display()
         ))),
         None => Ok(()),
@@ -123,6 +137,7 @@ pub fn from_args(
         transaction_interval: Duration::from_millis(args.transaction_interval_ms),
         group_id,
         instance_id,
+        run: this_run(),
     }))
 }
 
@@ -215,9 +230,13 @@ mod tests {
     }
 
     #[test]
-    fn the_ids_are_group_instance_and_stream() {
+    fn the_ids_are_group_instance_run_and_stream() {
         let eo = check(&[], &[]).unwrap().unwrap();
-        assert_eq!(eo.transactional_id(3), "mirror-host-a-3");
+        assert_eq!(
+            eo.transactional_id(3),
+            format!("mirror-host-a-{}-3", eo.run)
+        );
+        assert!(eo.run.len() > 8 && eo.run.chars().all(|c| c.is_ascii_hexdigit()));
         assert_eq!(eo.transaction_interval, Duration::from_millis(100));
         let eo = check(
             &["--instance.id", "dc1-b", "--transaction.interval.ms", "250"],
@@ -225,7 +244,7 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        assert_eq!(eo.transactional_id(0), "mirror-dc1-b-0");
+        assert_eq!(eo.transactional_id(0), format!("mirror-dc1-b-{}-0", eo.run));
         assert_eq!(eo.transaction_interval, Duration::from_millis(250));
     }
 

@@ -336,8 +336,8 @@ pub struct MirrorArgs {
     pub transaction_interval_ms: u64,
 
     /// With --exactly.once true: this instance's name in its transactional ids
-    /// (<group.id>-<instance id>-<stream>); unique among the instances of a group. Default:
-    /// the host name.
+    /// (<group.id>-<instance id>-<run>-<stream>, where <run> is unique per process run).
+    /// Default: the host name.
     #[arg(long = "instance.id", value_name = "NAME")]
     pub instance_id: Option<String>,
 }
