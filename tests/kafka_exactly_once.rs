@@ -336,3 +336,88 @@ fn a_transactional_source_is_copied_once_without_its_aborted_records() {
     assert_eq!(copied, committed_records);
     assert_eq!(totals["source_records"], committed_records);
 }
+
+/// Not a trial: measures exactly-once throughput as a ratio to at-least-once, in one run, on
+/// one pair of clusters and the same backlog (each mode with a group, target topic and
+/// offset-mapping topic of its own). Steady state: from the first monitoring commit to the
+/// last (the start and the group join excluded). Run on demand:
+/// `cargo test --release --test kafka_exactly_once -- --ignored --nocapture measure`.
+#[test]
+#[ignore = "a measurement (several minutes), not a check: run it on demand"]
+fn measure_exactly_once_throughput_against_at_least_once() {
+    const PARTITIONS: i32 = 8;
+    const RECORDS: i64 = 400_000;
+    let pair = KafkaPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    pair.write(0..RECORDS as u64);
+    let modes: [(&str, &[&str]); 3] = [
+        ("at-least-once", &[]),
+        (
+            "exactly-once-100ms",
+            &["--exactly.once", "true", "--instance.id", "m"],
+        ),
+        (
+            "exactly-once-1000ms",
+            &[
+                "--exactly.once",
+                "true",
+                "--instance.id",
+                "m",
+                "--transaction.interval.ms",
+                "1000",
+            ],
+        ),
+    ];
+    let mut rates = Vec::new();
+    for (name, flags) in modes {
+        let target = format!("{name}.{{topic}}");
+        let store = format!("{name}.offsets");
+        let mut args = vec![
+            "--target.topic",
+            &target,
+            "--offset.mapping.topic",
+            &store,
+            "--offset.commit.interval.ms",
+            "200",
+        ];
+        args.extend_from_slice(flags);
+        let mut mirror = pair.start(&[("group.id", name)], &[], &args);
+        let total = || {
+            committed_by(name, &pair.src(), TOPIC, PARTITIONS)
+                .iter()
+                .map(|o| (*o).max(0))
+                .sum::<i64>()
+        };
+        let mut first: Option<(Instant, i64)> = None;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        let done = loop {
+            let now = Instant::now();
+            let c = total();
+            if c > 0 && first.is_none() {
+                first = Some((now, c));
+            }
+            if c >= RECORDS {
+                break now;
+            }
+            assert!(
+                now < deadline && mirror.is_running(),
+                "log:\n{}",
+                mirror.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+        let (t0, c0) = first.expect("a first commit");
+        let rate = (RECORDS - c0) as f64 / done.duration_since(t0).as_secs_f64();
+        eprintln!("MEASURE {name}: {rate:.0} records/s steady ({c0} committed at the first look)");
+        rates.push((name, rate));
+    }
+    let base = rates[0].1;
+    let ratios: Vec<String> = rates
+        .iter()
+        .map(|(n, r)| format!("{n} {r:.0}/s ({:.2})", r / base))
+        .collect();
+    eprintln!(
+        "MEASURE {RECORDS} records of 100 B, {PARTITIONS} partitions, 1 stream, Kafka 4.4.0: {}",
+        ratios.join(", ")
+    );
+}

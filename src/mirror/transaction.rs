@@ -9,17 +9,23 @@
 //! resumes: it is authoritative in this mode; the source group's commits follow it for
 //! monitoring (lag) only.
 //!
-//! Hand-overs. On assignment the stream reads the progress of its new partitions
-//! (`read_committed`, up to the store's high watermark), fences every previous owner named
-//! there that is not itself (a producer initialised with that transactional id aborts the
-//! transaction it left open and fences it for good), reads the store again, writes a claim
-//! (the same `next`, its own id) in a transaction, and starts each partition at its `next`.
-//! On a clean revocation the open transaction is committed with a release (the progress with
-//! `txid` null): the next owner has no one to fence. A partition whose progress names another
-//! id was not released cleanly (its owner crashed, or was cut off from the group and may be a
-//! zombie): that owner is fenced, and if it is still running, its next transactional call
-//! fails and it stops (exit 1) without having committed anything of the partition after the
-//! fence.
+//! Hand-overs. Newly assigned partitions stay paused until the stream's loop has read their
+//! progress (`read_committed`: first to the store's last stable offset, then, once every
+//! previous owner named there that is not this stream is fenced, to the high watermark as it
+//! was when the read began, so that no release committed before the assignment is missed),
+//! has committed a claim (the same `next`, its own id) and has moved them to their `next`.
+//! Fencing a transactional id means initialising a producer with it: the target aborts the
+//! transaction it left open and refuses its producer for good. The read is not made in the
+//! rebalance callback: it may wait for a crashed owner's transaction on the store to end, and
+//! a blocked callback holds the group's rebalance. On a clean revocation the open
+//! transaction is committed with a release (progress with `txid` null): the next owner has no
+//! one to fence. A partition whose progress names another id was not released cleanly (its
+//! owner crashed, or was cut off from the group and may be a zombie): that owner is fenced,
+//! and if it is still running, its next transactional call fails and it stops (exit 1)
+//! without having committed anything after the fence. A stream whose assignment is lost stops
+//! too (it may be fenced already). Transactional ids are unique per run
+//! ([`ExactlyOnce::transactional_id`]), so a restarted instance is never fenced by whoever
+//! fences its predecessor.
 //!
 //! Failures. A transaction the target aborts or refuses to commit (a record that timed out,
 //! say, during a target outage longer than `transaction.timeout.ms`) is aborted and its
@@ -28,7 +34,6 @@
 //! open transaction becomes visible, and the next owner copies on from the store.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -72,11 +77,14 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a commit the target calls retriable is tried before the transaction is aborted.
 const COMMIT_TRIES: u32 = 3;
-/// How long one read of the store may wait for transactions on it to end (in the rebalance
-/// callback, and then at each retry from the stream's loop).
-const FIRST_READ_PATIENCE: Duration = Duration::from_secs(2);
+/// How long one read of the store may wait for transactions on it to end, at each try from
+/// the stream's loop.
+const READ_PATIENCE: Duration = Duration::from_secs(2);
 /// How often the start of pending partitions is tried again.
 const PENDING_RETRY: Duration = Duration::from_millis(500);
+/// What a stream that stops on a record or a store write says will happen.
+const STOPPING: &str = "Stopping (--exactly.once true): the open transaction is aborted, and a \
+                        restart copies on from the last commit";
 /// The delivery opaque of the store's records (a mirrored record's is a generation and an
 /// index, never this).
 const STORE_OPAQUE: usize = usize::MAX;
@@ -152,6 +160,7 @@ impl Book {
 /// The transactional producer's context: delivery reports feed the offset mapping.
 pub struct TxDelivery {
     shared: Arc<StreamShared>,
+    txid: String,
     book: Mutex<Book>,
 }
 
@@ -159,6 +168,29 @@ impl TxDelivery {
     fn book(&self) -> MutexGuard<'_, Book> {
         self.book.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Whether `e` says that this producer's transactional id was fenced by a newer producer.
+fn is_fenced(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::Fenced
+                | RDKafkaErrorCode::ProducerFenced
+                | RDKafkaErrorCode::InvalidProducerEpoch
+        )
+    )
+}
+
+/// What a fenced stream says as it stops.
+fn fenced(txid: &str, e: &KafkaError, what: &str) -> String {
+    format!(
+        "the target fenced transactional id {txid} ({e}) when trying to {what}: another \
+         instance took over this stream's partitions (this one was paused or cut off from the \
+         group past session.timeout.ms); stopping. Nothing of the open transaction is visible \
+         to read_committed readers, and the partitions' new owner copies on from the \
+         offset-mapping topic"
+    )
 }
 
 fn purged(e: &KafkaError) -> bool {
@@ -204,7 +236,7 @@ impl ProducerContext for TxDelivery {
                 if !purged(e) && book.failure.is_none() {
                     book.failure = Some(TxFailure::Fatal(format!(
                         "cannot write the offset mapping to topic {} on the target: {e}; grant \
-                         the mirror's principal WRITE on it",
+                         the mirror's principal WRITE on it. {STOPPING}",
                         m.topic()
                     )));
                 }
@@ -249,16 +281,20 @@ impl ProducerContext for TxDelivery {
                     m.topic(),
                     m.partition()
                 );
-                *failure = Some(
-                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut) {
-                        TxFailure::Abortable(format!(
-                            "the target did not acknowledge {what} within message.timeout.ms \
+                *failure = Some(if is_fenced(e) {
+                    TxFailure::Fatal(fenced(
+                        &self.txid,
+                        e,
+                        &format!("mirror {topic}/{partition} offset {offset}"),
+                    ))
+                } else if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut) {
+                    TxFailure::Abortable(format!(
+                        "the target did not acknowledge {what} within message.timeout.ms \
                              (the transaction timeout)"
-                        ))
-                    } else {
-                        TxFailure::Fatal(format!("cannot mirror {what}"))
-                    },
-                );
+                    ))
+                } else {
+                    TxFailure::Fatal(format!("cannot mirror {what}. {STOPPING}"))
+                });
             }
         }
     }
@@ -423,23 +459,8 @@ impl Core {
             KafkaError::Transaction(r) => (r.is_fatal(), r.txn_requires_abort()),
             _ => (false, true),
         };
-        let fenced = matches!(
-            e.rdkafka_error_code(),
-            Some(
-                RDKafkaErrorCode::Fenced
-                    | RDKafkaErrorCode::ProducerFenced
-                    | RDKafkaErrorCode::InvalidProducerEpoch
-            )
-        );
-        if fenced {
-            TxFailure::Fatal(format!(
-                "the target fenced transactional id {} ({e}) when trying to {what}: another \
-                 instance took over this stream's partitions (this one was paused or cut off \
-                 from the group past session.timeout.ms); stopping. Nothing of the open transaction is visible to \
-                 read_committed readers, and the partitions' new owner copies on from the \
-                 offset-mapping topic",
-                self.txid
-            ))
+        if is_fenced(e) {
+            TxFailure::Fatal(fenced(&self.txid, e, what))
         } else if fatal || !abortable {
             TxFailure::Fatal(format!(
                 "transactional id {}: cannot {what}: {e}; stopping. Nothing of the open \
@@ -710,15 +731,14 @@ impl Core {
         // store's last stable offset back until it is fenced), then, once the owners found
         // there are fenced, everything up to the high watermark; owners found only there are
         // fenced in turn, and the store read again.
-        let read =
-            |through: Through| read_store(&self.target, &self.store_topic, through, patience);
-        let mut map = read(Through::Stable)?;
+        let mut reader = StoreReader::open(&self.target, &self.store_topic, patience)?;
+        reader.read_to_stable_end(patience)?;
         let mut fenced: Vec<String> = Vec::new();
         let mut complete = false;
         loop {
             let mut owners: Vec<String> = partitions
                 .iter()
-                .filter_map(|(t, p)| map.progress(t, *p))
+                .filter_map(|(t, p)| reader.map.progress(t, *p))
                 .filter_map(|p| p.transactional_id.clone())
                 .filter(|id| *id != self.txid && !fenced.contains(id))
                 .collect();
@@ -731,9 +751,10 @@ impl Core {
                 self.fence(&owner).map_err(ReadError::Failed)?;
                 fenced.push(owner);
             }
-            map = read(Through::HighWatermark)?;
+            reader.read_to_high_watermark(patience)?;
             complete = true;
         }
+        let map = reader.map;
         let mut starts = Vec::with_capacity(partitions.len());
         let mut missing = TopicPartitionList::new();
         for (topic, partition) in partitions {
@@ -815,7 +836,7 @@ impl Core {
         Ok(())
     }
 
-    fn assign(&self, consumer: &TxConsumer, tpl: &mut TopicPartitionList) {
+    fn assign(&self, tpl: &TopicPartitionList) {
         let partitions = partition_list(tpl);
         if partitions.is_empty() {
             return;
@@ -833,30 +854,13 @@ impl Core {
         if let Some(creator) = &self.creator {
             make_target_topics(creator, &partitions, &self.shared, self.topic_retry_limit);
         }
-        match self.starts(consumer, &partitions, FIRST_READ_PATIENCE) {
-            Ok(starts) => {
-                self.start(consumer, &starts);
-                for ((topic, partition), next) in &starts {
-                    let _ = tpl.set_partition_offset(topic, *partition, Offset::Offset(*next));
-                }
-            }
-            Err(ReadError::Failed(e)) => {
-                self.shared
-                    .control
-                    .fail(format!("stream {}: {e}", self.stream));
-            }
-            Err(ReadError::NotYet(why)) => {
-                tracing::info!(
-                    stream = self.stream,
-                    "the start of the assigned partitions cannot be read yet ({why}); they \
-                     stay paused, and the stream tries again while it serves the group"
-                );
-                let mut state = self.state();
-                state.pending.extend(partitions);
-                state.pending_since.get_or_insert_with(Instant::now);
-                state.pending_tried = Some(Instant::now());
-            }
-        }
+        // Their start is read from the store by the stream's loop, not here: the read may
+        // wait for transactions on the store to end, and a rebalance callback that blocks
+        // holds the whole group's rebalance (and, past the session timeout, loses the
+        // assignment). Until then they stay paused.
+        let mut state = self.state();
+        state.pending.extend(partitions);
+        state.pending_since.get_or_insert_with(Instant::now);
     }
 
     /// Starts copying `starts` (each partition at its offset): claims them, in a transaction,
@@ -919,10 +923,15 @@ impl Core {
             state.pending_tried = Some(Instant::now());
             (state.pending.clone(), state.pending_since)
         };
-        let starts = match self.starts(consumer, &partitions, FIRST_READ_PATIENCE) {
+        let starts = match self.starts(consumer, &partitions, READ_PATIENCE) {
             Ok(s) => s,
             Err(ReadError::NotYet(why)) if since.is_none_or(|t| t.elapsed() < self.timeout * 2) => {
-                tracing::debug!(stream = self.stream, "start still pending: {why}");
+                tracing::info!(
+                    stream = self.stream,
+                    "the start of {} cannot be read yet ({why}); they stay paused, and the \
+                     stream tries again while it serves the group",
+                    counted(partitions.len(), "assigned partition")
+                );
                 return;
             }
             Err(ReadError::NotYet(e) | ReadError::Failed(e)) => {
@@ -1071,116 +1080,148 @@ impl ClientContext for StoreReaderContext {
 
 impl ConsumerContext for StoreReaderContext {}
 
-/// How far [`read_store`] reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Through {
-    /// What is readable now: up to the last stable offset (the first record of the oldest
-    /// open transaction).
-    Stable,
-    /// Up to the high watermark as it is when the read starts: this waits for every
-    /// transaction begun before it to end, so that a progress committed just before this
-    /// stream was assigned its partition (the previous owner's release) is never missed
-    /// behind another stream's open transaction.
-    HighWatermark,
+/// A reader of the whole store topic, committed records only, from its beginning.
+struct StoreReader {
+    topic: String,
+    /// A read_uncommitted client: its watermarks are the high watermarks, not the stable
+    /// ones.
+    watermarks: BaseConsumer<StoreReaderContext>,
+    consumer: BaseConsumer<StoreReaderContext>,
+    partitions: Vec<i32>,
+    /// Partitions whose readable end was reached (librdkafka's end of partition: the last
+    /// stable offset, for a read_committed reader).
+    stable_end: std::collections::HashSet<i32>,
+    map: OffsetMap,
 }
 
-/// Reads the whole store topic, committed records only, as far as `through` says.
-fn read_store(
-    target: &ClientProps,
-    topic: &str,
-    through: Through,
-    timeout: Duration,
-) -> Result<OffsetMap, ReadError> {
-    let reader = |isolation: &str| {
-        target
-            .connection_config()
-            .set("group.id", "mirror-maker-offset-mapping-reader")
-            .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "true")
-            .set("isolation.level", isolation)
-            .set("allow.auto.create.topics", "false")
-            .create_with_context::<_, BaseConsumer<StoreReaderContext>>(StoreReaderContext)
-            .map_err(|e| {
-                ReadError::Failed(format!(
-                    "cannot make a reader of the offset-mapping topic {topic}: {e}"
-                ))
-            })
-    };
-    let failed =
-        |e: String| ReadError::NotYet(format!("cannot read the offset-mapping topic {topic}: {e}"));
-    // A read_uncommitted client's watermarks are the high watermarks, not the stable ones.
-    let uncommitted = reader("read_uncommitted")?;
-    let metadata = uncommitted
-        .fetch_metadata(Some(topic), timeout)
-        .map_err(|e| failed(e.to_string()))?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic && t.error().is_none())
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    let mut ends = HashMap::new();
-    for p in &partitions {
-        let (_, high) = uncommitted
-            .fetch_watermarks(topic, *p, timeout)
-            .map_err(|e| failed(e.to_string()))?;
-        if high > 0 {
-            ends.insert(*p, high);
+impl StoreReader {
+    fn open(
+        target: &ClientProps,
+        topic: &str,
+        timeout: Duration,
+    ) -> Result<StoreReader, ReadError> {
+        let client = |isolation: &str| {
+            target
+                .connection_config()
+                .set("group.id", "mirror-maker-offset-mapping-reader")
+                .set("enable.auto.commit", "false")
+                .set("enable.partition.eof", "true")
+                .set("isolation.level", isolation)
+                .set("allow.auto.create.topics", "false")
+                .create_with_context::<_, BaseConsumer<StoreReaderContext>>(StoreReaderContext)
+                .map_err(|e| {
+                    ReadError::Failed(format!(
+                        "cannot make a reader of the offset-mapping topic {topic}: {e}"
+                    ))
+                })
+        };
+        let mut reader = StoreReader {
+            topic: topic.to_owned(),
+            watermarks: client("read_uncommitted")?,
+            consumer: client("read_committed")?,
+            partitions: Vec::new(),
+            stable_end: Default::default(),
+            map: OffsetMap::default(),
+        };
+        let metadata = reader
+            .watermarks
+            .fetch_metadata(Some(topic), timeout)
+            .map_err(|e| reader.not_yet(e.to_string()))?;
+        reader.partitions = metadata
+            .topics()
+            .iter()
+            .filter(|t| t.name() == topic && t.error().is_none())
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        let mut tpl = TopicPartitionList::new();
+        for p in &reader.partitions {
+            tpl.add_partition_offset(topic, *p, Offset::Beginning)
+                .map_err(|e| reader.not_yet(e.to_string()))?;
         }
+        reader
+            .consumer
+            .assign(&tpl)
+            .map_err(|e| reader.not_yet(e.to_string()))?;
+        Ok(reader)
     }
-    drop(uncommitted);
-    let mut map = OffsetMap::default();
-    if ends.is_empty() {
-        return Ok(map);
+
+    fn not_yet(&self, why: String) -> ReadError {
+        ReadError::NotYet(format!(
+            "cannot read the offset-mapping topic {}: {why}",
+            self.topic
+        ))
     }
-    let consumer = reader("read_committed")?;
-    let mut tpl = TopicPartitionList::new();
-    for p in ends.keys() {
-        tpl.add_partition_offset(topic, *p, Offset::Beginning)
-            .map_err(|e| failed(e.to_string()))?;
-    }
-    consumer.assign(&tpl).map_err(|e| failed(e.to_string()))?;
-    let deadline = Instant::now() + timeout;
-    // Partitions whose readable end was reached (librdkafka's end of partition: the last
-    // stable offset, for a read_committed reader).
-    let mut stable_end = std::collections::HashSet::new();
-    let mut at_end = false;
-    loop {
-        if through == Through::Stable && stable_end.len() == ends.len() {
-            return Ok(map);
+
+    /// Reads on up to what is readable now: each partition's last stable offset (the first
+    /// record of the oldest open transaction on it).
+    fn read_to_stable_end(&mut self, patience: Duration) -> Result<(), ReadError> {
+        let deadline = Instant::now() + patience;
+        while self.stable_end.len() < self.partitions.len() {
+            if Instant::now() >= deadline {
+                return Err(self.not_yet(format!("not read to its stable end within {patience:?}")));
+            }
+            self.poll()?;
         }
-        if at_end && through == Through::HighWatermark {
-            let positions = consumer.position().map_err(|e| failed(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Reads on up to each partition's high watermark as it is now: this waits for every
+    /// transaction begun before now to end, so that a progress committed just before this
+    /// stream was assigned its partition (the previous owner's release) is never missed
+    /// behind another stream's open transaction.
+    fn read_to_high_watermark(&mut self, patience: Duration) -> Result<(), ReadError> {
+        let deadline = Instant::now() + patience;
+        let mut ends = Vec::with_capacity(self.partitions.len());
+        for p in &self.partitions {
+            let (_, high) = self
+                .watermarks
+                .fetch_watermarks(&self.topic, *p, patience)
+                .map_err(|e| self.not_yet(e.to_string()))?;
+            ends.push((*p, high));
+        }
+        loop {
+            let positions = self
+                .consumer
+                .position()
+                .map_err(|e| self.not_yet(e.to_string()))?;
             let done = ends.iter().all(|(p, end)| {
-                positions
-                    .find_partition(topic, *p)
-                    .is_some_and(|e| matches!(e.offset(), Offset::Offset(o) if o >= *end))
+                *end <= 0
+                    || positions
+                        .find_partition(&self.topic, *p)
+                        .is_some_and(|e| matches!(e.offset(), Offset::Offset(o) if o >= *end))
             });
             if done {
-                return Ok(map);
+                return Ok(());
             }
+            if Instant::now() >= deadline {
+                return Err(self.not_yet(format!(
+                    "not read up to its high watermark within {patience:?} (a transaction on it \
+                     is still open: a crashed instance's, aborted when its partitions' next \
+                     owner fences it, or by the target after its transaction.timeout.ms)"
+                )));
+            }
+            self.poll()?;
         }
-        if Instant::now() >= deadline {
-            return Err(failed(format!(
-                "not read to its end within {timeout:?} (a transaction on it still open: a \
-                 crashed instance's, which the target aborts after its transaction.timeout.ms)"
-            )));
-        }
-        match consumer.poll(Duration::from_millis(100)) {
-            None => at_end = true,
+    }
+
+    /// One poll: a record is applied to the map, an end of partition noted.
+    fn poll(&mut self) -> Result<(), ReadError> {
+        match self.consumer.poll(Duration::from_millis(100)) {
+            None => Ok(()),
             Some(Ok(m)) => {
-                let Some(key) = m.key() else { continue };
+                let Some(key) = m.key() else { return Ok(()) };
                 let record = StoreRecord::decode(key, m.payload())
-                    .map_err(|e| ReadError::Failed(format!("topic {topic}: {e}")))?;
+                    .map_err(|e| ReadError::Failed(format!("topic {}: {e}", self.topic)))?;
                 if let Some(record) = record {
-                    map.apply(record);
+                    self.map.apply(record);
                 }
+                Ok(())
             }
             Some(Err(KafkaError::PartitionEOF(p))) => {
-                stable_end.insert(p);
-                at_end = true;
+                self.stable_end.insert(p);
+                Ok(())
             }
-            Some(Err(e)) => return Err(failed(e.to_string())),
+            Some(Err(e)) => Err(self.not_yet(e.to_string())),
         }
     }
 }
@@ -1231,7 +1272,7 @@ impl ConsumerContext for TxContext {
         );
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                core.assign(consumer, tpl);
+                core.assign(tpl);
                 let result = if cooperative {
                     consumer.incremental_assign(tpl)
                 } else {
@@ -1344,6 +1385,7 @@ impl<'s> TxStream<'s> {
             .set("transactional.id", &txid)
             .create_with_context(TxDelivery {
                 shared: shared.clone(),
+                txid: txid.clone(),
                 book: Mutex::default(),
             })
             .map_err(|e| create("transactional target producer", e))?;
@@ -1452,11 +1494,9 @@ impl<'s> TxStream<'s> {
                     }
                 }
                 Some(TxFailure::Fatal(why)) => {
-                    self.shared().control.fail(format!(
-                        "stream {}: {why}. Stopping (--exactly.once true): the open transaction \
-                         is aborted, and a restart copies on from the last commit",
-                        self.stream
-                    ));
+                    self.shared()
+                        .control
+                        .fail(format!("stream {}: {why}", self.stream));
                     break;
                 }
                 None => {}
@@ -1482,6 +1522,10 @@ impl<'s> TxStream<'s> {
             let now = Instant::now();
             self.shared().turned(now);
             if now >= next_group_commit {
+                // Progress that only followed the position (past transaction markers and
+                // aborted source transactions, no record) is committed here: nothing else
+                // would open a transaction for it.
+                self.core.commit_or_abort(self.source.consumer(), &[]);
                 if let Some(tpl) = self.core.monitoring_offsets(None) {
                     if let Err(e) = self.source.commit_async(&tpl) {
                         committed(self.shared(), &Err(e), tpl.count());
@@ -1614,7 +1658,8 @@ impl<'s> TxStream<'s> {
                 .book()
                 .failure
                 .get_or_insert(TxFailure::Fatal(format!(
-                    "cannot mirror {}/{} offset {} to the target topic of {topic}: {why}",
+                    "cannot mirror {}/{} offset {} to the target topic of {topic}: {why}. \
+                     {STOPPING}",
                     record.topic(),
                     record.partition(),
                     record.offset()

@@ -226,9 +226,14 @@ impl Drop for Mirror {
 
 /// The group's committed offsets for partitions `0..partitions` of `topic` (-1: none).
 pub fn committed(bootstrap: &str, topic: &str, partitions: i32) -> Vec<i64> {
+    committed_by(GROUP, bootstrap, topic, partitions)
+}
+
+/// The offsets `group` committed for partitions `0..partitions` of `topic` (-1: none).
+pub fn committed_by(group: &str, bootstrap: &str, topic: &str, partitions: i32) -> Vec<i64> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
-        .set("group.id", GROUP)
+        .set("group.id", group)
         .set("log_level", "3")
         .create()
         .expect("a consumer");
