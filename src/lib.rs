@@ -21,11 +21,15 @@
 //! 4. [`mirror`]: the data path: [`mirror::pipeline`] → [`mirror::stream`] (consume, route,
 //!    produce) → [`mirror::delivery`] → [`mirror::offsets`] → [`mirror::commit`];
 //!    [`mirror::rebalance`] and [`mirror::topics`] before partitions move; [`mirror::probe`],
-//!    [`mirror::target`], [`mirror::clients`], [`mirror::state`].
+//!    [`mirror::target`], [`mirror::clients`], [`mirror::state`]. The offset mapping beside
+//!    it: [`mirror::mapping`] (segments from delivery reports, the store's records, the
+//!    translation), [`mirror::ledger`] (a stream's writes to the store and what they make
+//!    committable), [`mirror::store`] (the compacted topic on the target), and
+//!    [`mirror::groups`] (consumer groups translated and synced to the target).
 //!    Exactly once (`--exactly.once true`): [`mirror::transaction`] runs each stream instead.
 //! 5. [`ops`] ([`ops::metrics`], [`ops::health`], [`ops::progress`], systemd notification in
 //!    [`ops::notify`], [`ops::logging`]) and [`tools`] ([`tools::check`], [`tools::verify`],
-//!    [`tools::demo`], record comparison in [`tools::compare`]): they read the mirror's state
+//!    [`tools::demo`], [`tools::translate`], record comparison in [`tools::compare`]): they read the mirror's state
 //!    and run it; the mirror never calls them.
 //!
 //! `main.rs` sits on top: subcommand dispatch and the one place where an error becomes an

@@ -73,3 +73,23 @@ pub fn client_error(
         _ => tracing::warn!(stream, "{name} cluster: {reason} (retrying)"),
     }
 }
+
+/// The context of the readers (`verify`, `demo`, the offset-mapping store): reaching the end
+/// of a partition, which they ask librdkafka to
+/// report (`enable.partition.eof`), is not an error. An end reported after the reader stopped
+/// waiting for that partition reaches the client's error callback as a "global" error; it is
+/// logged at debug, every other error as librdkafka's default context does.
+pub struct ReaderContext;
+
+impl rdkafka::ClientContext for ReaderContext {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        use rdkafka::error::RDKafkaErrorCode;
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
+            tracing::debug!("librdkafka: end of partition: {reason}");
+        } else {
+            tracing::error!("librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for ReaderContext {}

@@ -193,26 +193,25 @@ pub fn translate_group(
     Ok(results)
 }
 
+/// The consumer groups of a cluster (only `group`, if given), with their members.
+fn groups_of(
+    props: &ClientProps,
+    cluster: &'static str,
+    group: Option<&str>,
+    timeout: Duration,
+) -> Result<rdkafka::groups::GroupList, GroupError> {
+    let error = |source| GroupError::List { cluster, source };
+    let client: BaseConsumer = props.connection_config().create().map_err(error)?;
+    client.fetch_group_list(group, timeout).map_err(error)
+}
+
 /// Active members of `group` on the target cluster.
 fn target_members(
     clusters: Clusters<'_>,
     group: &str,
     timeout: Duration,
 ) -> Result<usize, GroupError> {
-    let client: BaseConsumer = clusters
-        .target
-        .connection_config()
-        .create()
-        .map_err(|source| GroupError::List {
-            cluster: "target",
-            source,
-        })?;
-    let list = client
-        .fetch_group_list(Some(group), timeout)
-        .map_err(|source| GroupError::List {
-            cluster: "target",
-            source,
-        })?;
+    let list = groups_of(clusters.target, "target", Some(group), timeout)?;
     Ok(list
         .groups()
         .iter()
@@ -288,21 +287,7 @@ fn source_groups(settings: &Settings, timeout: Duration) -> Result<Vec<String>, 
         return Ok(Vec::new());
     };
     let own = settings.consumer.get("group.id").unwrap_or_default();
-    let client: BaseConsumer =
-        settings
-            .consumer
-            .connection_config()
-            .create()
-            .map_err(|source| GroupError::List {
-                cluster: "source",
-                source,
-            })?;
-    let list = client
-        .fetch_group_list(None, timeout)
-        .map_err(|source| GroupError::List {
-            cluster: "source",
-            source,
-        })?;
+    let list = groups_of(&settings.consumer, "source", None, timeout)?;
     let mut groups: Vec<String> = list
         .groups()
         .iter()

@@ -30,6 +30,9 @@ pub struct Segment {
     pub count: i64,
     /// `(first source offset, length)` of each gap, ascending, inside the segment.
     pub gaps: Vec<(i64, i64)>,
+    /// The first segment of a copy: a mirror began (or took over) the source partition here,
+    /// at its committed offset, copying again whatever the previous copy had copied past it.
+    pub copy_start: bool,
 }
 
 /// Gaps one segment holds at most; the next one starts a new segment. A transactional source
@@ -38,6 +41,11 @@ pub struct Segment {
 pub const MAX_GAPS: usize = 500;
 
 impl Segment {
+    /// The source offset after the segment's last copied record.
+    fn source_end(&self) -> i64 {
+        self.source_offset + self.count + self.gaps.iter().map(|g| g.1).sum::<i64>()
+    }
+
     /// Copied records of this segment whose source offset is below `offset`.
     fn copied_below(&self, offset: i64) -> i64 {
         if offset <= self.source_offset {
@@ -107,6 +115,8 @@ struct SegmentValue {
     n: i64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     gaps: Vec<(i64, i64)>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    start: bool,
     ms: i64,
 }
 
@@ -165,6 +175,7 @@ impl StoreRecord {
                 to: s.target_offset,
                 n: s.count,
                 gaps: s.gaps.clone(),
+                start: s.copy_start,
                 ms,
             }),
             StoreRecord::Progress(p) => serde_json::to_vec(&ProgressValue {
@@ -214,6 +225,7 @@ impl StoreRecord {
                     target_offset: v.to,
                     count: v.n,
                     gaps: v.gaps,
+                    copy_start: v.start,
                 })))
             }
             (None, Some(p)) => {
@@ -318,6 +330,7 @@ impl Recorder {
                 target_offset,
                 count: 1,
                 gaps: Vec::new(),
+                copy_start: found.is_none(),
             },
             dirty: true,
             end: source_offset + 1,
@@ -440,8 +453,9 @@ impl OffsetMap {
     ///
     /// The target offset is one past the last target record copied from a source offset
     /// below `offset` (over every copy: a restart's copy lies after the earlier one), or the
-    /// first copied record's if none is below. It is exact once the mirror has copied up to
-    /// `offset`; before that the group would read again what the mirror copies next.
+    /// start of a copy that begins at `offset` (see [`recopy_start`]) if that lies further,
+    /// or the first copied record's if none is below. It is exact once the mirror has copied
+    /// up to `offset`; before that the group would read again what the mirror copies next.
     pub fn translate(&self, topic: &str, partition: i32, offset: i64) -> Vec<Translation> {
         let source = (topic.to_owned(), partition);
         let Some(by_target) = self.segments.get(&source) else {
@@ -487,12 +501,15 @@ impl OffsetMap {
                     .filter(|s| s.source_offset < offset)
                     .map(|s| s.target_offset + s.copied_below(offset))
                     .max();
-                let at = below.unwrap_or_else(|| {
+                let first = || {
                     segments
                         .values()
                         .next()
                         .map_or(0, |first| first.target_offset)
-                });
+                };
+                let at = below
+                    .unwrap_or_else(first)
+                    .max(recopy_start(segments, offset));
                 Translation::Exact {
                     topic: target.0.clone(),
                     partition: target.1,
@@ -501,6 +518,30 @@ impl OffsetMap {
             })
             .collect()
     }
+}
+
+/// Where the latest copy that starts at or after `offset` begins, if nothing from `offset` up
+/// to its first record was copied anywhere and an earlier copy reached its first record (a
+/// restart from a commit point): a group at `offset` skips the earlier copy's records from
+/// there on, mapped or copied after its last write to the store, which the later copy holds
+/// too. 0 when there is none.
+fn recopy_start(segments: &BTreeMap<i64, Segment>, offset: i64) -> i64 {
+    segments
+        .values()
+        .filter(|s| s.copy_start && s.source_offset >= offset)
+        .filter(|s| {
+            segments
+                .values()
+                .all(|r| r.copied_below(s.source_offset) == r.copied_below(offset))
+        })
+        .filter(|s| {
+            segments
+                .values()
+                .any(|r| r.target_offset < s.target_offset && r.source_end() >= s.source_offset)
+        })
+        .map(|s| s.target_offset)
+        .max()
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -517,7 +558,19 @@ mod tests {
             target_offset: to,
             count: n,
             gaps: Vec::new(),
+            copy_start: false,
         })
+    }
+
+    /// A segment that begins a copy (a mirror started on the partition there).
+    fn start(so: i64, to: i64, n: i64) -> StoreRecord {
+        match seg(so, to, n) {
+            StoreRecord::Segment(s) => StoreRecord::Segment(Segment {
+                copy_start: true,
+                ..s
+            }),
+            other => other,
+        }
     }
 
     fn progress(next: i64) -> StoreRecord {
@@ -635,11 +688,41 @@ mod tests {
     #[test]
     fn records_copied_again_after_a_restart_are_skipped_up_to_the_group() {
         // Copied 0..1000 to 0..1000, killed after committing 800, copied 800.. again at 1000.
-        let m = map(vec![seg(0, 0, 1000), seg(800, 1000, 700), progress(1500)]);
+        let m = map(vec![
+            start(0, 0, 1000),
+            start(800, 1000, 700),
+            progress(1500),
+        ]);
         assert_eq!(m.translate("orders", 0, 900), exact(1100));
         assert_eq!(m.translate("orders", 0, 1200), exact(1400));
         // Before the copy made again: the target holds 800..999 twice after this point.
         assert_eq!(m.translate("orders", 0, 700), exact(700));
+        // At the restart's commit point: the earlier copy's records from there are skipped.
+        assert_eq!(m.translate("orders", 0, 800), exact(1000));
+    }
+
+    #[test]
+    fn a_copy_killed_before_its_first_commit_is_skipped_from_the_start() {
+        // Copied 0..500 to 0..500, killed before any commit, copied from 0 again at 500.
+        let m = map(vec![start(0, 0, 500), start(0, 500, 800), progress(800)]);
+        assert_eq!(m.translate("orders", 0, 0), exact(500));
+        assert_eq!(m.translate("orders", 0, 100), exact(600));
+    }
+
+    #[test]
+    fn what_a_killed_copy_wrote_after_its_last_mapping_is_skipped_at_the_restart_point() {
+        // Mapped and committed up to source 800; records 800..899 reached target 800..899
+        // before the kill, unmapped; the restart copied from 800 again at 900.
+        let m = map(vec![start(0, 0, 800), start(800, 900, 300), progress(1100)]);
+        assert_eq!(m.translate("orders", 0, 800), exact(900));
+        assert_eq!(m.translate("orders", 0, 799), exact(799));
+    }
+
+    #[test]
+    fn another_writer_between_two_runs_is_not_skipped() {
+        // Source 0..10 at 0..10, three records of another writer, source 10..20 at 13..23.
+        let m = map(vec![seg(0, 0, 10), seg(10, 13, 10), progress(20)]);
+        assert_eq!(m.translate("orders", 0, 10), exact(10));
     }
 
     #[test]

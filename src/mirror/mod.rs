@@ -15,6 +15,7 @@ pub mod clients;
 pub mod commit;
 pub mod delivery;
 pub mod groups;
+pub mod ledger;
 pub mod mapping;
 pub mod offsets;
 pub mod pipeline;

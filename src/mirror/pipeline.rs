@@ -138,13 +138,19 @@ fn run_stream(
     clients: StreamClients,
     topics: Vec<String>,
 ) -> Result<StreamReport, MirrorError> {
-    if let (Some(_), Some(store)) = (&settings.exactly_once, &clients.store) {
+    // The store was opened (its topic made) above; exactly once writes it in its own
+    // transactions.
+    if let (Some(_), Some(_), Some(store_topic)) = (
+        &settings.exactly_once,
+        &clients.store,
+        &settings.offset_mapping,
+    ) {
         return run_transactional(
             stream,
             settings,
             (control, stats, gate),
             clients.creator,
-            store.topic(),
+            store_topic,
             topics,
         );
     }

@@ -254,7 +254,7 @@ pub struct StreamShared {
     pub missing_targets: Mutex<Vec<MissingTarget>>,
     /// The offset mapping's side of this stream (`--offset.mapping true`): segments built
     /// from delivery reports, and the commit points the store holds.
-    pub mapping: Option<super::store::StreamMapping>,
+    pub mapping: Option<super::ledger::StreamMapping>,
 }
 
 /// A record refused because its target topic does not exist (any more).
@@ -271,7 +271,7 @@ impl StreamShared {
         control: Arc<Control>,
         stats: Arc<Stats>,
         abort_on_send_failure: bool,
-        mapping: Option<super::store::StreamMapping>,
+        mapping: Option<super::ledger::StreamMapping>,
     ) -> Arc<StreamShared> {
         let shared = Arc::new(StreamShared {
             stream,

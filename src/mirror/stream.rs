@@ -16,11 +16,12 @@ use rdkafka::producer::{Producer, PurgeConfig};
 use super::clients::{self, Cluster};
 use super::commit::{commit_async, commit_stored, final_commit, follow_positions};
 use super::delivery::{DeliveryContext, MirrorProducer};
+use super::ledger::StreamMapping;
 use super::offsets::Ticket;
 use super::probe::matching_topics;
 use super::rebalance::{MirrorConsumer, MirrorSource, RebalanceContext};
 use super::state::{Control, ShutdownGate, Stats, StreamShared};
-use super::store::{MappingStore, StreamMapping};
+use super::store::MappingStore;
 use super::target::TargetNames;
 use super::topics::TopicCreator;
 use crate::native::cached_low_watermark;
@@ -105,7 +106,7 @@ impl<'s> Stream<'s> {
             control,
             stats,
             settings.abort_on_send_failure,
-            store.map(StreamMapping::new),
+            store.map(|s| StreamMapping::new(s)),
         );
         let producer: MirrorProducer = settings
             .producer

@@ -48,7 +48,7 @@ use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::Offset;
 
-use super::clients::{self, Cluster};
+use super::clients::{self, Cluster, ReaderContext};
 use super::commit::committed;
 use super::mapping::{OffsetMap, Progress, Recorder, StoreRecord};
 use super::probe::matching_topics;
@@ -1063,30 +1063,13 @@ impl ProducerContext for FencingContext {
     fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
 }
 
-/// The store reader's context: the end of a partition is not an error.
-struct StoreReaderContext;
-
-impl ClientContext for StoreReaderContext {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        clients::librdkafka_log(Cluster::Target, level, fac, message);
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(error, KafkaError::PartitionEOF(_)) {
-            tracing::warn!("offset-mapping reader: {error} ({reason})");
-        }
-    }
-}
-
-impl ConsumerContext for StoreReaderContext {}
-
 /// A reader of the whole store topic, committed records only, from its beginning.
 struct StoreReader {
     topic: String,
     /// A read_uncommitted client: its watermarks are the high watermarks, not the stable
     /// ones.
-    watermarks: BaseConsumer<StoreReaderContext>,
-    consumer: BaseConsumer<StoreReaderContext>,
+    watermarks: BaseConsumer<ReaderContext>,
+    consumer: BaseConsumer<ReaderContext>,
     partitions: Vec<i32>,
     /// Partitions whose readable end was reached (librdkafka's end of partition: the last
     /// stable offset, for a read_committed reader).
@@ -1108,7 +1091,7 @@ impl StoreReader {
                 .set("enable.partition.eof", "true")
                 .set("isolation.level", isolation)
                 .set("allow.auto.create.topics", "false")
-                .create_with_context::<_, BaseConsumer<StoreReaderContext>>(StoreReaderContext)
+                .create_with_context::<_, BaseConsumer<ReaderContext>>(ReaderContext)
                 .map_err(|e| {
                     ReadError::Failed(format!(
                         "cannot make a reader of the offset-mapping topic {topic}: {e}"

@@ -141,18 +141,7 @@ impl Settings {
                 .as_deref()
                 .ok_or_else(|| missing("--whitelist"))?,
         )?;
-        let consumer = ClientProps::load(
-            Role::Consumer,
-            args.consumer_config
-                .as_deref()
-                .ok_or_else(|| missing("--consumer.config"))?,
-        )?;
-        let producer = ClientProps::load(
-            Role::Producer,
-            args.producer_config
-                .as_deref()
-                .ok_or_else(|| missing("--producer.config"))?,
-        )?;
+        let (consumer, producer) = load_client_files(args)?;
         exactly_once::refuse_user_transactional_id(&producer)?;
         let exactly_once =
             exactly_once::from_args(args, &consumer, &producer, exactly_once::host_name)?;
@@ -301,6 +290,25 @@ impl Settings {
             sync_groups: None,
         })
     }
+}
+
+/// The two config files of a command line (`--consumer.config`, `--producer.config`), read
+/// as they are, before the no-data-loss rules.
+pub fn load_client_files(args: &MirrorArgs) -> Result<(ClientProps, ClientProps), SettingsError> {
+    let missing = |flag: &str| SettingsError::Usage(format!("{flag} is required"));
+    let consumer = ClientProps::load(
+        Role::Consumer,
+        args.consumer_config
+            .as_deref()
+            .ok_or_else(|| missing("--consumer.config"))?,
+    )?;
+    let producer = ClientProps::load(
+        Role::Producer,
+        args.producer_config
+            .as_deref()
+            .ok_or_else(|| missing("--producer.config"))?,
+    )?;
+    Ok((consumer, producer))
 }
 
 /// The options of [`Settings::new`] other than the client properties and the topic filter.

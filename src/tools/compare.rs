@@ -69,24 +69,7 @@ pub fn read_records(
     read_partition_as(bootstrap, topic, partition, timeout, |m| OwnedRecord::of(m))
 }
 
-/// The context of the readers: reaching the end of a partition, which they ask librdkafka to
-/// report (`enable.partition.eof`), is not an error. An end reported after the reader stopped
-/// waiting for that partition reaches the client's error callback as a "global" error; it is
-/// logged at debug, every other error as librdkafka's default context does.
-pub struct ReaderContext;
-
-impl rdkafka::ClientContext for ReaderContext {
-    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        use rdkafka::error::RDKafkaErrorCode;
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
-            tracing::debug!("librdkafka: end of partition: {reason}");
-        } else {
-            tracing::error!("librdkafka: {error}: {reason}");
-        }
-    }
-}
-
-impl rdkafka::consumer::ConsumerContext for ReaderContext {}
+pub use crate::mirror::clients::ReaderContext;
 
 /// A consumer for reading partitions by assignment (it never commits).
 pub type Reader = BaseConsumer<ReaderContext>;
@@ -167,7 +150,9 @@ pub fn scan(
     Ok(())
 }
 
-fn read_partition_as<T>(
+/// Reads every record of `topic`/`partition` up to its high watermark (as of the start),
+/// each as `f` makes it.
+pub fn read_partition_as<T>(
     bootstrap: &str,
     topic: &str,
     partition: i32,

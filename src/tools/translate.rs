@@ -8,9 +8,9 @@ use serde::Serialize;
 
 use crate::mirror::groups::{self, Applied, Clusters, GroupError, PartitionResult};
 use crate::mirror::store;
-use crate::settings::client::{ClientProps, Role};
+use crate::settings::client::ClientProps;
 use crate::settings::flags::TranslateArgs;
-use crate::settings::{defaults, SettingsError};
+use crate::settings::{defaults, load_client_files, SettingsError};
 
 /// What `translate` found (and did).
 #[derive(Debug, Serialize)]
@@ -79,19 +79,7 @@ pub struct Translate {
 impl Translate {
     pub fn from_args(args: &TranslateArgs) -> Result<Translate, SettingsError> {
         let m = &args.mirror;
-        let missing = |flag: &str| SettingsError::Usage(format!("{flag} is required"));
-        let source = ClientProps::load(
-            Role::Consumer,
-            m.consumer_config
-                .as_deref()
-                .ok_or_else(|| missing("--consumer.config"))?,
-        )?;
-        let target = ClientProps::load(
-            Role::Producer,
-            m.producer_config
-                .as_deref()
-                .ok_or_else(|| missing("--producer.config"))?,
-        )?;
+        let (source, target) = load_client_files(m)?;
         if !m.offset_mapping {
             return Err(SettingsError::Usage(
                 "translate reads the offset mapping: --offset.mapping false leaves nothing to \

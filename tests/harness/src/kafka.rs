@@ -1006,3 +1006,126 @@ impl KafkaSecurity<'_> {
         }
     }
 }
+
+/// Kafka's MirrorMaker 2 of Kafka 3.9.2 in dedicated mode (`org.apache.kafka.connect.mirror.
+/// MirrorMaker`), from the jars `scripts/kafka-jars mm2-3.9.2` collects; its log (INFO) in its
+/// temporary folder.
+pub struct MirrorMaker2 {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl MirrorMaker2 {
+    /// The folder of MirrorMaker 2's jars (fetched once).
+    pub fn libs() -> PathBuf {
+        static FETCH: Mutex<()> = Mutex::new(());
+        let _one_at_a_time = FETCH.lock().unwrap_or_else(|e| e.into_inner());
+        let script = super::workspace_root().join("scripts/kafka-jars");
+        let out = Command::new(&script)
+            .arg("mm2-3.9.2")
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "scripts/kafka-jars mm2-3.9.2 failed (needs mvn and Maven Central)"
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    }
+
+    /// Starts MirrorMaker 2 with these `mm2.properties`.
+    pub fn start(properties: &str) -> MirrorMaker2 {
+        let libs = MirrorMaker2::libs();
+        let dir = tempfile::Builder::new()
+            .prefix("mm2-")
+            .tempdir()
+            .expect("a temporary directory");
+        let file = dir.path().join("mm2.properties");
+        std::fs::write(&file, properties).expect("mm2.properties");
+        std::fs::write(
+            dir.path().join("log4j.properties"),
+            format!(
+                "log4j.rootLogger=INFO, file\n\
+                 log4j.appender.file=org.apache.log4j.FileAppender\n\
+                 log4j.appender.file.File={}\n\
+                 log4j.appender.file.layout=org.apache.log4j.PatternLayout\n\
+                 log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n",
+                dir.path().join("mm2.log").display()
+            ),
+        )
+        .expect("log4j.properties");
+        let out = std::fs::File::create(dir.path().join("stdout.log")).expect("stdout.log");
+        let mut cmd = java(&libs, dir.path());
+        cmd.arg("org.apache.kafka.connect.mirror.MirrorMaker")
+            .arg(&file)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("stdout.log"))
+            .stderr(out);
+        let child = spawn_tied_to_this_process(cmd).expect("starting MirrorMaker 2 (java)");
+        MirrorMaker2 {
+            child: Some(child),
+            dir,
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// SIGKILL, and reaped.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM (Connect's graceful shutdown: tasks stop and flush their source offsets), then
+    /// waits at most 60 s for the exit.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while matches!(child.try_wait(), Ok(None)) {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "MirrorMaker 2 did not stop within 60 s; log:\n{}",
+                    self.log(40)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The last `lines` lines of its log and output.
+    pub fn log(&self, lines: usize) -> String {
+        format!(
+            "{}\n{}",
+            tail(&self.dir.path().join("mm2.log"), lines),
+            tail(&self.dir.path().join("stdout.log"), lines)
+        )
+    }
+}
+
+impl Drop for MirrorMaker2 {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            let kept = std::mem::replace(
+                &mut self.dir,
+                tempfile::tempdir().expect("a temporary directory"),
+            )
+            .keep();
+            eprintln!("MirrorMaker 2's config and log kept in {}", kept.display());
+        }
+    }
+}

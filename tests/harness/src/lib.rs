@@ -3,6 +3,7 @@
 //! process, and what tests read back (committed offsets, records). A crate of its own, so
 //! that each test file uses what it needs and nothing is compiled as dead code.
 
+pub mod failover;
 pub mod kafka;
 
 use std::io::Read;
@@ -777,4 +778,72 @@ pub fn metric(exposition: &str, name: &str, labels: &str) -> Option<f64> {
         .lines()
         .find_map(|l| l.strip_prefix(&key))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// The offset mapping the mirror stored in the target cluster (its default topic).
+pub fn stored_mapping(target_bootstrap: &str) -> mirror_maker::mirror::mapping::OffsetMap {
+    use mirror_maker::settings::client::{ClientProps, Role};
+    let props = ClientProps::from_pairs(
+        Role::Producer,
+        "producer.toml",
+        [("bootstrap.servers", target_bootstrap)],
+    );
+    let topic = mirror_maker::settings::defaults::offset_mapping_topic(None);
+    mirror_maker::mirror::store::load(&props, &topic, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("reading the offset mapping on {target_bootstrap}: {e}"))
+}
+
+/// For each record of the target partition, in target order: its target offset and the source
+/// offset of the source record it copies (found by content; source records must be distinct,
+/// as the sample records are).
+pub fn copied_from(
+    source_bootstrap: &str,
+    target_bootstrap: &str,
+    topic: &str,
+    partition: i32,
+) -> Vec<(i64, i64)> {
+    use mirror_maker::tools::compare::{fingerprint, read_partition_as};
+    use rdkafka::Message;
+    let read = |bootstrap: &str| {
+        read_partition_as(bootstrap, topic, partition, Duration::from_secs(60), |m| {
+            (m.offset(), fingerprint(m))
+        })
+        .unwrap_or_else(|e| panic!("reading {topic}/{partition} on {bootstrap}: {e}"))
+    };
+    let source: std::collections::HashMap<u64, i64> = read(source_bootstrap)
+        .into_iter()
+        .map(|(offset, fp)| (fp, offset))
+        .collect();
+    read(target_bootstrap)
+        .into_iter()
+        .map(|(t, fp)| {
+            let s = *source
+                .get(&fp)
+                .unwrap_or_else(|| panic!("target record {topic}/{partition}@{t} has no source"));
+            (t, s)
+        })
+        .collect()
+}
+
+/// The latest target offset a group that read every source record below `offset` can resume
+/// at without losing one: from there on, the target holds a copy of every source record at or
+/// after `offset` that it holds at all.
+pub fn latest_lossless_resume(copied: &[(i64, i64)], offset: i64) -> i64 {
+    let needed: std::collections::HashSet<i64> = copied
+        .iter()
+        .map(|&(_, s)| s)
+        .filter(|&s| s >= offset)
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut resume = copied.last().map_or(0, |&(t, _)| t + 1);
+    for &(t, s) in copied.iter().rev() {
+        if seen.len() == needed.len() {
+            break;
+        }
+        if s >= offset {
+            seen.insert(s);
+        }
+        resume = t;
+    }
+    resume
 }
