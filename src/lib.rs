@@ -15,7 +15,8 @@
 //!    time; the other module allowed `unsafe`.
 //! 3. [`settings`]: [`settings::flags`] (the command line as typed), [`settings::client`]
 //!    (librdkafka properties from TOML or `.properties` files, the no-data-loss rules),
-//!    [`settings::java`] (what Java client keys become in librdkafka), [`settings::routing`] (whitelist, target-topic template, provenance), validated into
+//!    [`settings::java`] (what Java client keys become in librdkafka), [`settings::routing`] (whitelist, target-topic template, provenance),
+//!    [`settings::exactly_once`] (what `--exactly.once true` needs), validated into
 //!    [`settings::Settings`] before any broker is contacted.
 //! 4. [`mirror`]: the data path: [`mirror::pipeline`] → [`mirror::stream`] (consume, route,
 //!    produce) → [`mirror::delivery`] → [`mirror::offsets`] → [`mirror::commit`];
@@ -25,6 +26,7 @@
 //!    translation), [`mirror::ledger`] (a stream's writes to the store and what they make
 //!    committable), [`mirror::store`] (the compacted topic on the target), and
 //!    [`mirror::groups`] (consumer groups translated and synced to the target).
+//!    Exactly once (`--exactly.once true`): [`mirror::transaction`] runs each stream instead.
 //! 5. [`ops`] ([`ops::metrics`], [`ops::health`], [`ops::progress`], systemd notification in
 //!    [`ops::notify`], [`ops::logging`]) and [`tools`] ([`tools::check`], [`tools::verify`],
 //!    [`tools::demo`], [`tools::translate`], record comparison in [`tools::compare`]): they read the mirror's state

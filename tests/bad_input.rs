@@ -511,3 +511,53 @@ fn a_subcommand_usage_error_points_at_its_own_help() {
     assert_refused(&["check", "--nope"], &["(see mirror-maker check --help)"]);
     assert_refused(&["--nope"], &["(see mirror-maker --help)"]);
 }
+
+/// `--exactly.once true` refuses what could put a record on the target zero times, and a
+/// transactional id of the user's (the mirror makes one per stream): one line naming the flag
+/// or the key, exit 2.
+#[test]
+fn exactly_once_refuses_what_breaks_it() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let eo = ["--exactly.once", "true"];
+    for (flag, value) in [
+        ("--no.data.loss", "false"),
+        ("--abort.on.send.failure", "false"),
+    ] {
+        let mut extra = eo.to_vec();
+        extra.extend([flag, value]);
+        assert_refused(
+            &mirror_args(&c, &p, &extra),
+            &["--exactly.once true", &format!("{flag} false")],
+        );
+    }
+    let idem = write_config(
+        dir.path(),
+        "idem.toml",
+        NOWHERE,
+        &[("enable.idempotence", "false")],
+    );
+    assert_refused(
+        &mirror_args(&c, idem.to_str().unwrap(), &eo),
+        &[
+            "--exactly.once true",
+            "idem.toml",
+            "enable.idempotence = false",
+        ],
+    );
+    let txid = write_config(
+        dir.path(),
+        "txid.toml",
+        NOWHERE,
+        &[("transactional.id", "mine")],
+    );
+    assert_refused(
+        &mirror_args(&c, txid.to_str().unwrap(), &eo),
+        &["txid.toml", "transactional.id", "remove the key"],
+    );
+    // Refused without --exactly.once too: no one would initialise that producer.
+    assert_refused(
+        &mirror_args(&c, txid.to_str().unwrap(), &[]),
+        &["txid.toml", "transactional.id"],
+    );
+}

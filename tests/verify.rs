@@ -149,26 +149,13 @@ fn a_record_in_another_partition_is_misplaced_under_preserve_only() {
 }
 
 fn write_sample_to_partition(bootstrap: &str, i: u64, partition: i32) {
-    use rdkafka::message::{Header, OwnedHeaders};
-    let s = mirror_maker::tools::demo::sample(i, PARTITIONS, 100);
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()
         .unwrap();
-    let mut headers = OwnedHeaders::new();
-    for (k, v) in &s.headers {
-        headers = headers.insert(Header {
-            key: k,
-            value: v.as_deref(),
-        });
-    }
-    let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(TOPIC)
-        .partition(partition)
-        .timestamp(s.timestamp)
-        .headers(headers);
-    record.key = s.key.as_deref();
-    record.payload = s.value.as_deref();
-    producer.send(record).unwrap();
+    sample_record(i, partition, |r| {
+        producer.send(r).map_err(|(e, _)| e).unwrap();
+    });
     producer.flush(std::time::Duration::from_secs(10)).unwrap();
 }
 
@@ -404,4 +391,55 @@ fn an_empty_topic_without_commits_is_not_a_failure_of_until_committed() {
         stdout.contains("OK: 200 source records checked"),
         "{stdout}"
     );
+}
+
+/// The source's sample record `i` as a record for the target, in `partition`.
+fn sample_record(i: u64, partition: i32, send: impl FnOnce(BaseRecord<'_, [u8], [u8]>)) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let s = mirror_maker::tools::demo::sample(i, PARTITIONS, 100);
+    let mut headers = OwnedHeaders::new();
+    for (k, v) in &s.headers {
+        headers = headers.insert(Header {
+            key: k,
+            value: v.as_deref(),
+        });
+    }
+    let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(TOPIC)
+        .partition(partition)
+        .timestamp(s.timestamp)
+        .headers(headers);
+    record.key = s.key.as_deref();
+    record.payload = s.value.as_deref();
+    send(record);
+}
+
+#[test]
+fn under_exactly_once_a_duplicate_fails_and_is_named() {
+    let clusters = clusters_with_source();
+    copy_samples(&clusters, (0..200).chain([30]));
+    // Without --exactly.once a duplicate is counted, not a failure (see above).
+    let (out, _) = verify(&clusters, &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let (out, json) = verify(&clusters, &["--exactly.once", "true"]);
+    assert_eq!(out.status.code(), Some(1), "{json}");
+    assert_eq!(totals(&json), [0, 0, 1, 0, 0]);
+    let named = &json["topics"][0]["duplicates"];
+    let record = mirror_maker::tools::demo::sample(30, PARTITIONS, 100);
+    assert_eq!(named.as_array().map(Vec::len), Some(1), "{json}");
+    assert_eq!(named[0]["partition"], record.partition);
+    // Sample 30 is the 16th record of its partition in the source (offset 15), and its
+    // second copy is the last record of that partition on the target (offset 100).
+    assert_eq!(named[0]["offset"], 15, "{json}");
+    assert_eq!(named[0]["target_partition"], record.partition);
+    assert_eq!(named[0]["target_offset"], 100, "{json}");
+    // The text report names it in one line.
+    let out = run_verify(&clusters, &["--exactly.once"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = format!(
+        "duplicated: {TOPIC}/{p} offset 15 copied again to {TOPIC}/{p} offset 100",
+        p = record.partition
+    );
+    assert!(text.contains(&line), "{line:?} not in {text}");
+    assert!(text.contains("FAILED"), "{text}");
 }

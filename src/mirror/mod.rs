@@ -26,3 +26,4 @@ pub mod store;
 pub mod stream;
 pub mod target;
 pub mod topics;
+pub mod transaction;

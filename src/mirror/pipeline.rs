@@ -10,6 +10,7 @@ use super::state::{Control, ShutdownGate, Stats};
 use super::store::MappingStore;
 use super::stream::{Stream, StreamError, StreamReport};
 use super::topics::TopicCreator;
+use super::transaction::TxStream;
 use crate::settings::flags::Partitioning;
 use crate::settings::{counted, Settings};
 
@@ -137,6 +138,22 @@ fn run_stream(
     clients: StreamClients,
     topics: Vec<String>,
 ) -> Result<StreamReport, MirrorError> {
+    // The store was opened (its topic made) above; exactly once writes it in its own
+    // transactions.
+    if let (Some(_), Some(_), Some(store_topic)) = (
+        &settings.exactly_once,
+        &clients.store,
+        &settings.offset_mapping,
+    ) {
+        return run_transactional(
+            stream,
+            settings,
+            (control, stats, gate),
+            clients.creator,
+            store_topic,
+            topics,
+        );
+    }
     let result = match Stream::new(
         stream,
         settings,
@@ -155,6 +172,36 @@ fn run_stream(
     result.map_err(|e| {
         control.fail(e.to_string());
         MirrorError::Stream(e)
+    })
+}
+
+/// One exactly-once stream's thread (`--exactly.once true`): see [`super::transaction`].
+fn run_transactional(
+    stream: usize,
+    settings: &Settings,
+    (control, stats, gate): (Arc<Control>, Arc<Stats>, Arc<ShutdownGate>),
+    creator: Option<Arc<TopicCreator>>,
+    store_topic: &str,
+    topics: Vec<String>,
+) -> Result<StreamReport, MirrorError> {
+    let result = match TxStream::new(
+        stream,
+        settings,
+        store_topic,
+        control.clone(),
+        stats,
+        gate.clone(),
+        creator,
+    ) {
+        Ok(s) => s.run(topics),
+        Err(e) => {
+            gate.arrive();
+            Err(e)
+        }
+    };
+    result.map_err(|e| {
+        control.fail(e.to_string());
+        MirrorError::Fatal(e.to_string())
     })
 }
 

@@ -221,54 +221,9 @@ impl RebalanceContext {
         }
     }
 
-    /// Makes the target topics of the assigned partitions (`--create.topics`). Transient
-    /// errors (a time-out, brokers down during a rolling restart) are retried with backoff
-    /// for at most `topic_retry_limit`; permanent ones (authorization, policy), and transient
-    /// ones that outlast it, are fatal.
+    /// Makes the target topics of the assigned partitions: see [`make_target_topics`].
     pub fn make_target_topics(&self, creator: &TopicCreator, partitions: &[(String, i32)]) {
-        let mut topics: Vec<(&str, usize)> = Vec::new();
-        for (topic, partition) in partitions {
-            let needed = usize::try_from(*partition).unwrap_or(0) + 1;
-            match topics.iter_mut().find(|(t, _)| t == topic) {
-                Some((_, n)) => *n = (*n).max(needed),
-                None => topics.push((topic, needed)),
-            }
-        }
-        let deadline = Instant::now() + self.topic_retry_limit;
-        for (topic, needed) in topics {
-            let mut backoff = Duration::from_millis(200);
-            loop {
-                match creator.ensure(topic, needed) {
-                    Ok(_) => break,
-                    Err(e)
-                        if e.is_transient()
-                            && Instant::now() + backoff < deadline
-                            && !self.shared.control.stop_requested() =>
-                    {
-                        tracing::warn!(
-                            stream = self.shared.stream,
-                            "{e}; retrying in {backoff:?} (transient; for at most {:?} in all)",
-                            self.topic_retry_limit
-                        );
-                        std::thread::sleep(backoff);
-                        self.shared.turned(Instant::now());
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
-                    }
-                    Err(e) => {
-                        let why = if e.is_transient() {
-                            format!(
-                                " (still failing after retrying for {:?})",
-                                self.topic_retry_limit
-                            )
-                        } else {
-                            String::new()
-                        };
-                        self.shared.control.fail(format!("{e}{why}"));
-                        return;
-                    }
-                }
-            }
-        }
+        make_target_topics(creator, partitions, &self.shared, self.topic_retry_limit);
     }
 
     /// Purges every record the producer still holds (librdkafka purges per producer, not per
@@ -367,6 +322,86 @@ impl RebalanceContext {
     }
 }
 
+/// Makes the target topics of the assigned partitions (`--create.topics`). Transient
+/// errors (a time-out, brokers down during a rolling restart) are retried with backoff
+/// for at most `topic_retry_limit`; permanent ones (authorization, policy), and transient
+/// ones that outlast it, are fatal.
+pub fn make_target_topics(
+    creator: &TopicCreator,
+    partitions: &[(String, i32)],
+    shared: &StreamShared,
+    retry_limit: Duration,
+) {
+    let mut topics: Vec<(&str, usize)> = Vec::new();
+    for (topic, partition) in partitions {
+        let needed = usize::try_from(*partition).unwrap_or(0) + 1;
+        match topics.iter_mut().find(|(t, _)| t == topic) {
+            Some((_, n)) => *n = (*n).max(needed),
+            None => topics.push((topic, needed)),
+        }
+    }
+    let deadline = Instant::now() + retry_limit;
+    for (topic, needed) in topics {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            match creator.ensure(topic, needed) {
+                Ok(_) => break,
+                Err(e)
+                    if e.is_transient()
+                        && Instant::now() + backoff < deadline
+                        && !shared.control.stop_requested() =>
+                {
+                    tracing::warn!(
+                        stream = shared.stream,
+                        "{e}; retrying in {backoff:?} (transient; for at most {:?} in all)",
+                        retry_limit
+                    );
+                    std::thread::sleep(backoff);
+                    shared.turned(Instant::now());
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    let why = if e.is_transient() {
+                        format!(" (still failing after retrying for {:?})", retry_limit)
+                    } else {
+                        String::new()
+                    };
+                    shared.control.fail(format!("{e}{why}"));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Keeps the lag of the assigned partitions (from the position of the next record to
+/// the high watermark) and whether a source broker is connected.
+pub fn source_statistics(shared: &StreamShared, statistics: &rdkafka::Statistics) {
+    let up = statistics.brokers.values().any(|b| b.state == "UP");
+    shared.source_up.store(up, Ordering::Relaxed);
+    let mut lag = Vec::new();
+    for (topic, t) in &statistics.topics {
+        for (partition, p) in &t.partitions {
+            if *partition < 0 || p.fetch_state == "none" || p.fetch_state == "stopped" {
+                continue;
+            }
+            let value = if p.app_offset >= 0 && p.hi_offset >= 0 {
+                (p.hi_offset - p.app_offset).max(0)
+            } else {
+                p.consumer_lag
+            };
+            if value >= 0 {
+                lag.push(PartitionLag {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    records: value,
+                });
+            }
+        }
+    }
+    *shared.lag.lock().unwrap_or_else(|e| e.into_inner()) = lag;
+}
+
 /// How long the delivery reports of purged records may take to be served.
 const PURGE_SETTLE: Duration = Duration::from_secs(5);
 /// How long rewinding the kept partitions may take.
@@ -384,32 +419,8 @@ impl ClientContext for RebalanceContext {
         clients::librdkafka_log(Cluster::Source, level, fac, message);
     }
 
-    /// Keeps the lag of the assigned partitions (from the position of the next record to
-    /// the high watermark) and whether a source broker is connected.
     fn stats(&self, statistics: rdkafka::Statistics) {
-        let up = statistics.brokers.values().any(|b| b.state == "UP");
-        self.shared.source_up.store(up, Ordering::Relaxed);
-        let mut lag = Vec::new();
-        for (topic, t) in &statistics.topics {
-            for (partition, p) in &t.partitions {
-                if *partition < 0 || p.fetch_state == "none" || p.fetch_state == "stopped" {
-                    continue;
-                }
-                let value = if p.app_offset >= 0 && p.hi_offset >= 0 {
-                    (p.hi_offset - p.app_offset).max(0)
-                } else {
-                    p.consumer_lag
-                };
-                if value >= 0 {
-                    lag.push(PartitionLag {
-                        topic: topic.clone(),
-                        partition: *partition,
-                        records: value,
-                    });
-                }
-            }
-        }
-        *self.shared.lag.lock().unwrap_or_else(|e| e.into_inner()) = lag;
+        source_statistics(&self.shared, &statistics);
     }
 
     /// Not called for the source consumer (our poll returns its errors to the stream, which

@@ -562,59 +562,21 @@ impl<'s> Stream<'s> {
         );
     }
 
-    /// Where a record goes: nowhere (it came from the target, or the handler filtered it
-    /// out), as it is, or as the handler made it. `None` if the handler failed (fatal).
+    /// Where a record goes: see [`route`].
     fn route<'h>(
         &self,
         record: &Record<'_>,
         handler: Option<&'h mut Handler>,
     ) -> Option<Route<'h>> {
-        let stats = &self.shared.stats;
-        if let Some(p) = &self.settings.provenance {
-            if p.came_from_target(record.headers()) {
-                Stats::add(&stats.looped, 1);
-                return Some(Route::Skip);
-            }
-        }
-        let Some(handler) = handler else {
-            return Some(Route::AsItIs);
-        };
-        match handler.handle(record) {
-            Ok([]) => {
-                Stats::add(&stats.filtered, 1);
-                Some(Route::Skip)
-            }
-            Ok(outputs) => Some(Route::Handled(outputs)),
-            Err(e) => {
-                let path = self.settings.handler.as_ref().map(|h| h.path().display());
-                self.shared.control.fail(format!(
-                    "the message handler {} failed on {}/{} offset {}: {e}",
-                    path.map_or_else(String::new, |p| p.to_string()),
-                    record.topic(),
-                    record.partition(),
-                    record.offset()
-                ));
-                None
-            }
-        }
+        route(self.settings, &self.shared, record, handler)
     }
 
-    /// The headers of an outgoing record, with the provenance header under
-    /// `--loop.prevention true`.
-    fn stamped(&self, mut headers: RawHeaders) -> RawHeaders {
-        if let Some(p) = &self.settings.provenance {
-            headers.add(PROVENANCE_HEADER, Some(p.source.as_bytes()));
-        }
-        headers
+    fn stamped(&self, headers: RawHeaders) -> RawHeaders {
+        stamped(self.settings, headers)
     }
 
-    /// The target partition `--partitioning` gives a record: the same number (preserve), or
-    /// none for the producer's partitioner to choose (hash).
     fn same_partition(&self, record: &Record<'_>) -> Option<i32> {
-        match self.settings.partitioning {
-            Partitioning::Preserve => Some(record.partition()),
-            Partitioning::Hash => None,
-        }
+        same_partition(self.settings, record)
     }
 
     /// Hands a record for the target topic of `topic` to the producer. A full queue (rare:
@@ -996,8 +958,64 @@ struct Left {
     partitions: usize,
 }
 
+/// Where a record goes: nowhere (it came from the target, or the handler filtered it
+/// out), as it is, or as the handler made it. `None` if the handler failed (fatal).
+pub(super) fn route<'h>(
+    settings: &Settings,
+    shared: &StreamShared,
+    record: &Record<'_>,
+    handler: Option<&'h mut Handler>,
+) -> Option<Route<'h>> {
+    let stats = &shared.stats;
+    if let Some(p) = &settings.provenance {
+        if p.came_from_target(record.headers()) {
+            Stats::add(&stats.looped, 1);
+            return Some(Route::Skip);
+        }
+    }
+    let Some(handler) = handler else {
+        return Some(Route::AsItIs);
+    };
+    match handler.handle(record) {
+        Ok([]) => {
+            Stats::add(&stats.filtered, 1);
+            Some(Route::Skip)
+        }
+        Ok(outputs) => Some(Route::Handled(outputs)),
+        Err(e) => {
+            let path = settings.handler.as_ref().map(|h| h.path().display());
+            shared.control.fail(format!(
+                "the message handler {} failed on {}/{} offset {}: {e}",
+                path.map_or_else(String::new, |p| p.to_string()),
+                record.topic(),
+                record.partition(),
+                record.offset()
+            ));
+            None
+        }
+    }
+}
+
+/// The headers of an outgoing record, with the provenance header under
+/// `--loop.prevention true`.
+pub(super) fn stamped(settings: &Settings, mut headers: RawHeaders) -> RawHeaders {
+    if let Some(p) = &settings.provenance {
+        headers.add(PROVENANCE_HEADER, Some(p.source.as_bytes()));
+    }
+    headers
+}
+
+/// The target partition `--partitioning` gives a record: the same number (preserve), or
+/// none for the producer's partitioner to choose (hash).
+pub(super) fn same_partition(settings: &Settings, record: &Record<'_>) -> Option<i32> {
+    match settings.partitioning {
+        Partitioning::Preserve => Some(record.partition()),
+        Partitioning::Hash => None,
+    }
+}
+
 /// What becomes of one consumed record.
-enum Route<'h> {
+pub(super) enum Route<'h> {
     /// Not mirrored; acknowledged at once.
     Skip,
     /// Mirrored as it is.

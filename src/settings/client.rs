@@ -217,6 +217,14 @@ impl ClientProps {
         self.props.get(key).map(String::as_str)
     }
 
+    pub(crate) fn set(&mut self, key: &str, value: &str) {
+        self.props.insert(key.to_owned(), value.to_owned());
+    }
+
+    pub(crate) fn remove(&mut self, key: &str) {
+        self.props.remove(key);
+    }
+
     pub(crate) fn set_default(&mut self, key: &str, value: &str) {
         self.props
             .entry(key.to_owned())

@@ -40,7 +40,8 @@ pub enum Command {
     Check(Box<MirrorArgs>),
     /// Compare source topics with their mirror record by record; takes the mirror's flags
     /// unchanged (--target.topic, --partitioning, --loop.prevention decide what is compared). Exit 0 if nothing is missing,
-    /// changed, out of order or misplaced (duplicates are reported, not failures), 1 otherwise.
+    /// changed, out of order or misplaced (duplicates are reported, not failures, unless
+    /// --exactly.once: then each is named and fails the check), 1 otherwise.
     Verify(Box<VerifyArgs>),
     /// Translate a source consumer group's committed offsets to target offsets through the
     /// offset mapping the mirror stores; with --apply, commit them to the same group on the
@@ -107,6 +108,32 @@ pub struct VerifyArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+
+    /// How both clusters are read: read_committed (librdkafka's default) skips the records
+    /// of aborted and still open transactions, as the target's transactional readers do;
+    /// read_uncommitted shows them too. With --exactly.once, duplicates fail the check.
+    #[arg(long = "isolation", value_enum, default_value_t = Isolation::ReadCommitted)]
+    pub isolation: Isolation,
+}
+
+/// `verify --isolation`: the `isolation.level` of both readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    #[value(name = "read_committed")]
+    ReadCommitted,
+    #[value(name = "read_uncommitted")]
+    ReadUncommitted,
+}
+
+impl Isolation {
+    /// The value of librdkafka's `isolation.level`.
+    pub fn level(self) -> &'static str {
+        match self {
+            Isolation::ReadCommitted => "read_committed",
+            Isolation::ReadUncommitted => "read_uncommitted",
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -294,6 +321,25 @@ pub struct MirrorArgs {
         default_value_t = defaults::STARTUP_TIMEOUT_MS
     )]
     pub startup_timeout_ms: u64,
+
+    /// Exactly once: each stream copies in target transactions that also record the source
+    /// progress in the offset-mapping topic; a read_committed reader of the target sees each
+    /// source record once, through crashes, rebalances and paused (zombie) instances.
+    #[arg(long = "exactly.once", value_name = "BOOL", default_value_t = defaults::EXACTLY_ONCE, num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub exactly_once: bool,
+
+    /// With --exactly.once true: how long one target transaction collects records before it
+    /// is committed (shorter: fresher for read_committed readers; longer: fewer commits).
+    #[arg(long = "transaction.interval.ms", value_name = "MS", default_value_t = defaults::TRANSACTION_INTERVAL_MS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub transaction_interval_ms: u64,
+
+    /// With --exactly.once true: this instance's name in its transactional ids
+    /// (<group.id>-<instance id>-<run>-<stream>, where <run> is unique per process run).
+    /// Default: the host name.
+    #[arg(long = "instance.id", value_name = "NAME")]
+    pub instance_id: Option<String>,
 }
 
 /// `verify --until`: where each source partition's checked range ends.

@@ -3,6 +3,7 @@
 //! Everything a user can get wrong is found here, before any broker is contacted.
 
 pub mod client;
+pub mod exactly_once;
 pub mod flags;
 pub mod java;
 pub mod routing;
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use crate::plugin::{HandlerPlugin, ListenerPlugin, PluginError};
 use client::{ClientProps, ConfigError, Role};
+use exactly_once::ExactlyOnce;
 use flags::{MirrorArgs, Partitioning};
 use routing::{Provenance, TopicFilter, TopicTemplate};
 
@@ -27,6 +29,8 @@ pub mod defaults {
     pub const SHUTDOWN_TIMEOUT_MS: u64 = 30_000;
     pub const TOPIC_REFRESH_INTERVAL_MS: u64 = 30_000;
     pub const STARTUP_TIMEOUT_MS: u64 = 30_000;
+    pub const EXACTLY_ONCE: bool = false;
+    pub const TRANSACTION_INTERVAL_MS: u64 = 100;
     pub const SYNC_GROUP_OFFSETS_INTERVAL_MS: u64 = 10_000;
 
     /// The offset-mapping topic unless `--offset.mapping.topic` names one.
@@ -93,6 +97,8 @@ pub struct Settings {
     pub provenance: Option<Provenance>,
     /// `--create.topics`: the topic configs to copy, or `None` not to create topics.
     pub create_topics: Option<String>,
+    /// `--exactly.once true`: each stream copies in target transactions.
+    pub exactly_once: Option<ExactlyOnce>,
     /// The offset-mapping topic in the target cluster, or `None` (`--offset.mapping false`).
     pub offset_mapping: Option<String>,
     /// `--sync.group.offsets`: which source groups to sync to the target, and how often.
@@ -136,6 +142,9 @@ impl Settings {
                 .ok_or_else(|| missing("--whitelist"))?,
         )?;
         let (consumer, producer) = load_client_files(args)?;
+        exactly_once::refuse_user_transactional_id(&producer)?;
+        let exactly_once =
+            exactly_once::from_args(args, &consumer, &producer, exactly_once::host_name)?;
         let mut settings = Settings::new(
             consumer,
             producer,
@@ -151,6 +160,10 @@ impl Settings {
                 startup_timeout: Duration::from_millis(args.startup_timeout_ms),
             },
         )?;
+        if let Some(eo) = exactly_once {
+            exactly_once::producer_props(&mut settings.producer);
+            settings.exactly_once = Some(eo);
+        }
         settings.create_topics = args
             .create_topics
             .then(|| args.create_topics_configs.clone());
@@ -272,6 +285,7 @@ impl Settings {
             target_topic: TopicTemplate::default(),
             provenance: None,
             create_topics: None,
+            exactly_once: None,
             offset_mapping: Some(defaults::offset_mapping_topic(None)),
             sync_groups: None,
         })

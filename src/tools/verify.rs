@@ -10,7 +10,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::compare::{fingerprint, fingerprint_stamped, reader_from, scan, Reader};
 use crate::settings::client::{ClientProps, Role};
-use crate::settings::flags::{Partitioning, Until, VerifyArgs};
+use crate::settings::flags::{Isolation, Partitioning, Until, VerifyArgs};
 use crate::settings::routing::{Provenance, TopicFilter, TopicTemplate};
 use crate::settings::{counted, SettingsError};
 
@@ -39,6 +39,10 @@ pub struct Verification {
     /// Whether records must sit in the same partition number on the target.
     pub preserve: bool,
     pub idle_timeout: Duration,
+    /// `--isolation`: how both clusters are read.
+    pub isolation: Isolation,
+    /// `--exactly.once`: a duplicated record fails the check, and each is named.
+    pub exactly_once: bool,
 }
 
 impl Verification {
@@ -102,7 +106,16 @@ impl Verification {
             until: args.until,
             preserve: m.partitioning == Partitioning::Preserve,
             idle_timeout: Duration::from_millis(args.timeout_ms),
+            isolation: args.isolation,
+            exactly_once: m.exactly_once,
         })
+    }
+
+    /// A reader of `props`'s cluster with `--isolation`.
+    fn reader(&self, props: &ClientProps) -> anyhow::Result<Reader> {
+        let mut config = props.connection_config();
+        config.set("isolation.level", self.isolation.level());
+        reader_from(config)
     }
 }
 
@@ -133,7 +146,24 @@ pub struct TopicReport {
     /// Target records that match no source record, of a key the source topic (compacted)
     /// still has a record of: the source's cleaner removed them after they were mirrored.
     pub compacted_away: u64,
+    /// The first [`NAMED_DUPLICATES`] extra copies found (with `--exactly.once`), in the
+    /// target's order.
+    pub duplicates: Vec<Duplicate>,
 }
+
+/// One extra copy of a source record on the target.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Duplicate {
+    /// The source record: its partition and offset (the first of identical records).
+    pub partition: i32,
+    pub offset: i64,
+    /// Where the extra copy is on the target topic.
+    pub target_partition: i32,
+    pub target_offset: i64,
+}
+
+/// How many duplicates of each topic `--exactly.once` names (all are counted).
+pub const NAMED_DUPLICATES: usize = 20;
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct Totals {
@@ -149,6 +179,9 @@ pub struct Totals {
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct Report {
     pub until: Option<Until>,
+    pub isolation: Option<Isolation>,
+    /// Whether duplicates fail the check (`--exactly.once`).
+    pub exactly_once: bool,
     pub topics: Vec<TopicReport>,
     pub totals: Totals,
     /// Why some or all of what was asked was not checked (no topic matched, a group that
@@ -156,7 +189,7 @@ pub struct Report {
     pub not_checked: Vec<String>,
     /// Something was checked, and nothing is missing, changed, out of order or misplaced
     /// (duplicates are allowed: a mirror that was killed copies again what it had not
-    /// committed).
+    /// committed; not with `--exactly.once`).
     pub ok: bool,
 }
 
@@ -174,14 +207,16 @@ struct Seen {
 /// Compares every matching source topic with its target topic (`--target.topic`).
 pub fn verify(v: &Verification) -> anyhow::Result<Report> {
     use anyhow::Context;
-    let source = reader_from(v.source.connection_config())?;
-    let target = reader_from(v.target.connection_config())?;
+    let source = v.reader(&v.source)?;
+    let target = v.reader(&v.target)?;
     let metadata = source
         .fetch_metadata(None, v.idle_timeout)
         .with_context(|| format!("listing the source's topics ({})", v.source.path.display()))?;
     let topics = v.topics.select(&metadata);
     let mut report = Report {
         until: Some(v.until),
+        isolation: Some(v.isolation),
+        exactly_once: v.exactly_once,
         ..Report::default()
     };
     if topics.is_empty() {
@@ -215,7 +250,8 @@ pub fn verify(v: &Verification) -> anyhow::Result<Report> {
         && t.missing == 0
         && t.changed == 0
         && t.out_of_order == 0
-        && t.misplaced == 0;
+        && t.misplaced == 0
+        && (!v.exactly_once || t.duplicated == 0);
     Ok(report)
 }
 
@@ -450,6 +486,18 @@ fn check_target(
             return;
         };
         e.copies += 1;
+        if v.exactly_once
+            && e.in_range > 0
+            && e.copies > e.total
+            && report.duplicates.len() < NAMED_DUPLICATES
+        {
+            report.duplicates.push(Duplicate {
+                partition: e.partition,
+                offset: e.offset,
+                target_partition: tp,
+                target_offset: m.offset(),
+            });
+        }
         if e.copies > 1 || e.in_range == 0 {
             return;
         }
@@ -548,6 +596,23 @@ impl Report {
                     t.compacted_away
                 );
             }
+            for d in &t.duplicates {
+                let _ = writeln!(
+                    out,
+                    "  duplicated: {}/{} offset {} copied again to {}/{} offset {}",
+                    t.topic,
+                    d.partition,
+                    d.offset,
+                    t.target_topic,
+                    d.target_partition,
+                    d.target_offset
+                );
+            }
+            let named = t.duplicates.len();
+            let all: u64 = t.partitions.iter().map(|p| p.duplicated).sum();
+            if self.exactly_once && all > named as u64 {
+                let _ = writeln!(out, "  ... and {} more duplicated", all - named as u64);
+            }
             for p in &t.partitions {
                 if p.missing + p.duplicated + p.out_of_order + p.misplaced + p.offset_gaps > 0 {
                     let _ = writeln!(
@@ -564,12 +629,17 @@ impl Report {
         let t = &self.totals;
         let _ = writeln!(
             out,
-            "{}: {} checked, {} missing, {} changed, {} duplicated, {} out of order, {} misplaced",
+            "{}: {} checked, {} missing, {} changed, {} duplicated{}, {} out of order, {} misplaced",
             if self.ok { "OK" } else { "FAILED" },
             counted(t.source_records, "source record"),
             t.missing,
             t.changed,
             t.duplicated,
+            if self.exactly_once {
+                " (--exactly.once: none allowed)"
+            } else {
+                ""
+            },
             t.out_of_order,
             t.misplaced
         );

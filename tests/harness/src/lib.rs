@@ -227,9 +227,14 @@ impl Drop for Mirror {
 
 /// The group's committed offsets for partitions `0..partitions` of `topic` (-1: none).
 pub fn committed(bootstrap: &str, topic: &str, partitions: i32) -> Vec<i64> {
+    committed_by(GROUP, bootstrap, topic, partitions)
+}
+
+/// The offsets `group` committed for partitions `0..partitions` of `topic` (-1: none).
+pub fn committed_by(group: &str, bootstrap: &str, topic: &str, partitions: i32) -> Vec<i64> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
-        .set("group.id", GROUP)
+        .set("group.id", group)
         .set("log_level", "3")
         .create()
         .expect("a consumer");
@@ -585,6 +590,28 @@ impl Endpoints {
         let mut mirror = Mirror::start(&c, &p, self.topic, args);
         mirror._configs = Some(dir);
         mirror
+    }
+
+    /// Runs `mirror-maker verify` over the source topic with the test's client configs and
+    /// `args` (e.g. `--exactly.once`, `--json`); returns its exit code, stdout and stderr.
+    pub fn verify(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let dir = tempdir();
+        let (c, p) = mirror_configs(dir.path(), &self.src, &self.dst, &[], &[]);
+        let out = binary()
+            .arg("verify")
+            .arg("--consumer.config")
+            .arg(&c)
+            .arg("--producer.config")
+            .arg(&p)
+            .args(["--whitelist", self.topic, "--timeout.ms", "20000"])
+            .args(args)
+            .output()
+            .expect("running mirror-maker verify");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     /// Runs a mirror with `args` until `expected` source offsets are committed, stops it
