@@ -34,6 +34,12 @@ pub enum StoreError {
          or turn the mapping off with --offset.mapping false"
     )]
     Create { topic: String, reason: String },
+    #[error(
+        "the offset-mapping topic {topic} does not exist on the target cluster: a mirror makes \
+         it when it starts (unless --offset.mapping false); give the mirror's \
+         --source.cluster.name or --offset.mapping.topic"
+    )]
+    Missing { topic: String },
     #[error("cannot read the offset-mapping topic {topic} on the target cluster: {reason}")]
     Read { topic: String, reason: String },
     #[error("offset-mapping topic {topic}: {source}")]
@@ -244,10 +250,12 @@ pub fn load(props: &ClientProps, topic: &str, timeout: Duration) -> Result<Offse
         .filter(|t| t.name() == topic && t.error().is_none())
         .flat_map(|t| t.partitions().iter().map(|p| p.id()))
         .collect();
-    let mut map = OffsetMap::default();
     if partitions.is_empty() {
-        return Ok(map);
+        return Err(StoreError::Missing {
+            topic: topic.to_owned(),
+        });
     }
+    let mut map = OffsetMap::default();
     let mut tpl = TopicPartitionList::new();
     for p in &partitions {
         tpl.add_partition_offset(topic, *p, Offset::Beginning)
