@@ -435,6 +435,82 @@ impl OffsetMap {
         self.progress.get(&(topic.to_owned(), partition))
     }
 
+    /// Segments no translation needs any more: wholly below their source partition's log
+    /// start (`log_start`; `None`: unknown, nothing is pruned), except the latest such
+    /// segment of each pair of partitions, which a group at or past the log start may still
+    /// resume after. A group below the log start resumes at the log start on the source too.
+    pub fn prunable(&self, log_start: impl Fn(&str, i32) -> Option<i64>) -> Vec<Segment> {
+        let mut out = Vec::new();
+        for ((topic, partition), by_target) in &self.segments {
+            let Some(start) = log_start(topic, *partition) else {
+                continue;
+            };
+            for segments in by_target.values() {
+                let below: Vec<&Segment> = segments
+                    .values()
+                    .filter(|s| s.source_end() <= start)
+                    .collect();
+                // Keyed by target offset: the last one below is the latest copy.
+                if let Some((_, older)) = below.split_last() {
+                    out.extend(older.iter().map(|s| (*s).clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Applies one record of the store topic as read: a record, or a tombstone that removes
+    /// a segment (pruned below the source's log start).
+    pub fn read(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), DecodeError> {
+        if value.is_none() {
+            if let Ok(Key {
+                v: FORMAT_VERSION,
+                segment: Some(k),
+                ..
+            }) = serde_json::from_slice::<Key>(key)
+            {
+                self.remove(&Segment {
+                    source_topic: k.source,
+                    source_partition: k.sp,
+                    target_topic: k.target,
+                    target_partition: k.tp,
+                    source_offset: 0,
+                    target_offset: k.to,
+                    count: 0,
+                    gaps: Vec::new(),
+                    copy_start: false,
+                });
+            }
+            return Ok(());
+        }
+        if let Some(record) = StoreRecord::decode(key, value)? {
+            self.apply(record);
+        }
+        Ok(())
+    }
+
+    /// Removes a segment (a tombstone read from the store, or one pruned).
+    pub fn remove(&mut self, segment: &Segment) {
+        let source = (segment.source_topic.clone(), segment.source_partition);
+        let target = (segment.target_topic.clone(), segment.target_partition);
+        if let Some(segments) = self
+            .segments
+            .get_mut(&source)
+            .and_then(|m| m.get_mut(&target))
+        {
+            segments.remove(&segment.target_offset);
+        }
+    }
+
+    /// Segments held, over every pair of partitions.
+    pub fn segment_count(&self) -> usize {
+        self.segments
+            .values()
+            .flat_map(|by_target| by_target.values())
+            .map(BTreeMap::len)
+            .sum()
+    }
+
     /// The source partitions the store knows.
     pub fn source_partitions(&self) -> Vec<(String, i32)> {
         let mut all: Vec<Partition> = self
@@ -716,6 +792,38 @@ mod tests {
         let m = map(vec![start(0, 0, 800), start(800, 900, 300), progress(1100)]);
         assert_eq!(m.translate("orders", 0, 800), exact(900));
         assert_eq!(m.translate("orders", 0, 799), exact(799));
+    }
+
+    #[test]
+    fn pruning_below_the_log_start_keeps_every_translation_from_there_on() {
+        // Four copies (restarts), the source's log start now at 2,500.
+        let records = vec![
+            start(0, 0, 1000),
+            start(900, 1000, 1200),
+            start(2000, 2200, 400),
+            start(2300, 2600, 1000),
+            progress(3300),
+        ];
+        let full = map(records.clone());
+        let pruned_segments = full.prunable(|_, _| Some(2500));
+        // 0..1000 and 900..2100 go; 2000..2400, the latest wholly below, stays.
+        let starts: Vec<i64> = pruned_segments.iter().map(|s| s.target_offset).collect();
+        assert_eq!(starts, vec![0, 1000]);
+        let mut pruned = map(records);
+        for s in &pruned_segments {
+            // As the store's readers see it: a tombstone under the segment's key.
+            pruned
+                .read(&StoreRecord::Segment(s.clone()).key(), None)
+                .unwrap();
+        }
+        for offset in 2500..=3300 {
+            assert_eq!(
+                pruned.translate("orders", 0, offset),
+                full.translate("orders", 0, offset),
+                "offset {offset}"
+            );
+        }
+        assert!(full.prunable(|_, _| None).is_empty());
     }
 
     #[test]
