@@ -30,9 +30,9 @@ use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use mirror_maker::settings::client::{ClientProps, Role};
-use mirror_maker::tools::compare::OwnedRecord;
 use mirror_maker::settings::routing::TopicFilter;
 use mirror_maker::settings::{Settings, SettingsOptions};
+use mirror_maker::tools::compare::OwnedRecord;
 use mirror_test_harness::kafka::{spawn_tied_to_this_process, KafkaCluster, KAFKA_3};
 
 /// The backlog's topic, on both clusters.
@@ -178,8 +178,8 @@ pub struct SteadyCpu {
 /// lines are, so lz4 has something to do).
 pub fn record_value(i: u64, bytes: usize) -> Vec<u8> {
     const WORDS: &[&str] = &[
-        "order", "payment", "user", "id", "amount", "EUR", "status", "shipped", "created",
-        "item", "sku", "price", "true", "false", "region", "eu-west",
+        "order", "payment", "user", "id", "amount", "EUR", "status", "shipped", "created", "item",
+        "sku", "price", "true", "false", "region", "eu-west",
     ];
     let mut v = format!("{i:012} ").into_bytes();
     let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -265,14 +265,24 @@ fn reader(bootstrap: &str) -> anyhow::Result<BaseConsumer> {
         .create()?)
 }
 
-/// Sum of the high watermarks of `topic`'s partitions.
+/// The high watermarks of `topic`'s partitions (each asked up to three times: the brokers
+/// share the cores with the contenders and may answer late).
 fn end_offsets(client: &BaseConsumer, topic: &str, partitions: i32) -> anyhow::Result<Vec<i64>> {
     (0..partitions)
         .map(|p| {
-            Ok(client
-                .fetch_watermarks(topic, p, Duration::from_secs(10))
-                .with_context(|| format!("watermarks of {topic}/{p}"))?
-                .1)
+            let mut tries = 0;
+            loop {
+                match client.fetch_watermarks(topic, p, Duration::from_secs(10)) {
+                    Ok((_, high)) => return Ok(high),
+                    Err(e) if tries >= 5 => {
+                        bail!("asking for the watermarks of {topic}/{p}: {e:?}")
+                    }
+                    Err(_) => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(500));
+                    }
+                }
+            }
         })
         .collect()
 }
@@ -286,11 +296,7 @@ fn ms(t: &Timestamp) -> Option<i64> {
 
 /// The earliest and the latest timestamp (ms since the epoch) of `topic`'s records: the first
 /// and last record of each partition, whose append times bound the partition's.
-fn first_and_last_append(
-    bootstrap: &str,
-    topic: &str,
-    ends: &[i64],
-) -> anyhow::Result<(i64, i64)> {
+fn first_and_last_append(bootstrap: &str, topic: &str, ends: &[i64]) -> anyhow::Result<(i64, i64)> {
     let client = reader(bootstrap)?;
     let read_at = |offsets: Vec<(i32, i64)>| -> anyhow::Result<Vec<i64>> {
         let mut tpl = TopicPartitionList::new();
@@ -375,12 +381,15 @@ impl<'a> Bench<'a> {
         partitions: i32,
     ) -> anyhow::Result<Bench<'a>> {
         let started = Instant::now();
-        let source_extra: &[(&str, &str)] = &[];
+        // Kafka's default (the test clusters use 0): members of a group that start together
+        // join its first generation together. With 0, the first stream of a mirror takes every
+        // partition and the others get theirs only after one or two more rebalances (a
+        // heartbeat interval each), well into the pass.
+        let source_extra: &[(&str, &str)] = &[("group.initial.rebalance.delay.ms", "3000")];
         let target_extra = [("auto.create.topics.enable", "false")];
         let (source, target) = std::thread::scope(|s| {
-            let target = s.spawn(|| {
-                KafkaCluster::start_with_jvm(KAFKA_3, 1, &target_extra, BROKER_JVM)
-            });
+            let target =
+                s.spawn(|| KafkaCluster::start_with_jvm(KAFKA_3, 1, &target_extra, BROKER_JVM));
             let source = KafkaCluster::start_with_jvm(KAFKA_3, 1, source_extra, BROKER_JVM);
             (source, target.join())
         });
@@ -392,6 +401,9 @@ impl<'a> Bench<'a> {
             target.bootstrap(),
             started.elapsed().as_secs_f64()
         );
+        for cluster in [&source, &target] {
+            warm_up(&cluster.bootstrap())?;
+        }
         Ok(Bench {
             args,
             records,
@@ -422,7 +434,15 @@ impl<'a> Bench<'a> {
             .set("queue.buffering.max.messages", "1000000")
             .set("log_level", "3")
             .create()?;
-        send_records(&producer, TOPIC, self.records, self.value_bytes, self.partitions)?;
+        send_records(
+            &producer,
+            TOPIC,
+            self.records,
+            self.value_bytes,
+            self.partitions,
+            1,
+            Values::Backlog,
+        )?;
         producer.flush(Duration::from_secs(300))?;
         eprintln!(
             "preloaded {} records of {} B ({} batches) over {} partitions in {:.1} s",
@@ -437,6 +457,16 @@ impl<'a> Bench<'a> {
 
     fn bytes(&self) -> u64 {
         self.records * (self.value_bytes as u64 + 8)
+    }
+
+    /// With `BENCH_KEEP` set, keeps the passes' folders (configs and logs) and says where.
+    pub fn keep_logs(self) {
+        if std::env::var_os("BENCH_KEEP").is_some() {
+            eprintln!(
+                "passes' configs and logs kept in {}",
+                self.dir.keep().display()
+            );
+        }
     }
 
     /// Runs one contender's pass, checks the target, prints a line and returns the result.
@@ -611,7 +641,10 @@ impl<'a> Bench<'a> {
                     .arg(&p)
                     .args(["--whitelist", &whitelist])
                     .args(["--num.streams", &streams.to_string()])
-                    .env("RUST_LOG", "warn")
+                    .env(
+                        "RUST_LOG",
+                        std::env::var("BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+                    )
                     .env("NO_COLOR", "1");
                 cmd
             }
@@ -843,6 +876,47 @@ fn content(r: &OwnedRecord) -> u64 {
     h.finish()
 }
 
+/// Makes a cluster's internal topics (`__consumer_offsets`, `__transaction_state`) before the
+/// first pass, which would otherwise wait for them ("coordinator load in progress"): an
+/// idempotent producer writes a record, a consumer group reads it and commits.
+fn warm_up(bootstrap: &str) -> anyhow::Result<()> {
+    const WARM_UP: &str = "mirror-bench-warm-up";
+    let admin = admin(bootstrap)?;
+    let new = NewTopic::new(WARM_UP, 1, TopicReplication::Fixed(1));
+    for r in block_on(admin.create_topics(&[new], &AdminOptions::new()))?? {
+        r.map_err(|(t, e)| anyhow::anyhow!("creating {t} on {bootstrap}: {e}"))?;
+    }
+    wait_for_leaders(bootstrap, WARM_UP, 1)?;
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("log_level", "3")
+        .create()?;
+    producer
+        .send(BaseRecord::<'_, [u8], [u8]>::to(WARM_UP).payload(b"warm-up".as_slice()))
+        .map_err(|(e, _)| anyhow::anyhow!("warm-up record to {bootstrap}: {e}"))?;
+    producer.flush(Duration::from_secs(120))?;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", WARM_UP)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .set("log_level", "3")
+        .create()?;
+    consumer.subscribe(&[WARM_UP])?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+            m?;
+            consumer.commit_consumer_state(CommitMode::Sync)?;
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("warming up {bootstrap}: the warm-up record was not read within 120 s");
+        }
+    }
+}
+
 fn mm2_libs() -> anyhow::Result<PathBuf> {
     let script = mirror_test_harness::workspace_root().join("scripts/kafka-jars");
     let out = Command::new(&script)
@@ -900,21 +974,37 @@ fn wait_output(child: &mut Child, dir: &Path, timeout: Duration) -> anyhow::Resu
     }
 }
 
-/// Sends `records` backlog records to `topic`, round-robin over the partitions.
+/// Sends `records` backlog records to `topic`, over the partitions in turn, `run` records to
+/// each (1: round-robin; a mirror sends runs of records of one source partition, as fetched).
 fn send_records(
     producer: &BaseProducer,
     topic: &str,
     records: u64,
     value_bytes: usize,
     partitions: i32,
+    run: u64,
+    values: Values,
 ) -> anyhow::Result<()> {
+    // Produce-only makes no value per record (a mirror does not either): it cycles through
+    // 4,096 made beforehand.
+    let pool: Vec<Vec<u8>> = match values {
+        Values::Backlog => Vec::new(),
+        Values::Pool => (0..4096).map(|i| record_value(i, value_bytes)).collect(),
+    };
     for i in 0..records {
         let key = i.to_be_bytes();
-        let value = record_value(i, value_bytes);
+        let made;
+        let value: &[u8] = match values {
+            Values::Backlog => {
+                made = record_value(i, value_bytes);
+                &made
+            }
+            Values::Pool => &pool[(i % 4096) as usize],
+        };
         let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
-            .partition((i % partitions as u64) as i32)
+            .partition((i / run % partitions as u64) as i32)
             .key(key.as_slice())
-            .payload(value.as_slice());
+            .payload(value);
         loop {
             match producer.send(record) {
                 Ok(()) => break,
@@ -928,6 +1018,15 @@ fn send_records(
         producer.poll(Duration::ZERO);
     }
     Ok(())
+}
+
+/// The values [`send_records`] sends.
+#[derive(Clone, Copy)]
+enum Values {
+    /// Record i's value is [`record_value`]`(i)`.
+    Backlog,
+    /// Values from a pool made beforehand (content not checked).
+    Pool,
 }
 
 /// The arguments of one in-process pass on Kafka (`mirror-bench kafka-pass`).
@@ -1008,7 +1107,16 @@ pub fn kafka_pass(a: &KafkaPassArgs) -> anyhow::Result<()> {
             config.set("log_level", "3");
             let producer: BaseProducer = config.create()?;
             let first = Instant::now();
-            send_records(&producer, TOPIC, a.records, a.value_bytes, a.partitions)?;
+            // Runs of 500 records per partition, as a mirror gets them from its fetches.
+            send_records(
+                &producer,
+                TOPIC,
+                a.records,
+                a.value_bytes,
+                a.partitions,
+                500,
+                Values::Pool,
+            )?;
             producer.flush(Duration::from_secs(600))?;
             (first, Instant::now())
         }

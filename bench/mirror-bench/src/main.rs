@@ -725,7 +725,10 @@ fn orchestrate_kafka(cli: &Cli) -> anyhow::Result<()> {
     };
     for w in &wanted {
         if !all.contains(&w.as_str()) {
-            bail!("--contenders: unknown contender {w:?} (one of {})", all.join(", "));
+            bail!(
+                "--contenders: unknown contender {w:?} (one of {})",
+                all.join(", ")
+            );
         }
     }
     let has = |name: &str| wanted.iter().any(|w| w == name);
@@ -756,7 +759,7 @@ fn orchestrate_kafka(cli: &Cli) -> anyhow::Result<()> {
     if has("batched-loop") {
         results.push(bench.run(Contender::BatchedLoop, 1)?);
     }
-    drop(bench);
+    bench.keep_logs();
     let line = serde_json::json!({
         "brokers": "kafka",
         "kafka": "3.9.2",
