@@ -55,7 +55,7 @@ def kafka_figure(runs, target):
             f"{run['records']:,} records of {run['value_bytes']} B, {run['partitions']} partitions,"
             f" source batches {run['compression']}", fontsize=9)
     fig.suptitle(f"mirror-maker vs MirrorMaker 1 and 2 (Kafka {runs[0]['kafka']}), one broker per"
-                 " cluster on loopback, a 2-core machine shared (one run; numbers under bars:"
+                 " cluster on loopback,\na 2-core machine shared (one run; numbers under bars:"
                  " streams or tasks)", fontsize=10)
     fig.tight_layout()
     fig.savefig(target, dpi=100)

@@ -493,6 +493,9 @@ impl<'a> Bench<'a> {
         let spawned = Instant::now();
         let (mut child, heap) = self.spawn(contender, streams, &topics, &dir)?;
         let pid = child.id();
+        if std::env::var_os("BENCH_LOG").is_some() {
+            eprintln!("{} started: pid {pid}", contender.name());
+        }
         let result = (|| -> anyhow::Result<KafkaResult> {
             if !contender.copies() {
                 // The limits measure themselves and exit.
@@ -930,13 +933,14 @@ fn mm2_libs() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
-/// SIGTERM, then SIGKILL after 30 s; reaps the child.
+/// SIGTERM, then SIGKILL after 5 s (a JVM's orderly shutdown is not measured, and the
+/// target is checked from the brokers); reaps the child.
 fn stop(child: &mut Child) {
     if let Ok(None) = child.try_wait() {
         let _ = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = child.try_wait() {
                 return;

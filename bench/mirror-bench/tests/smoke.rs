@@ -43,7 +43,7 @@ fn every_contender_mirrors_a_small_backlog_on_kafka() {
             "--compression",
             "lz4",
         ])
-        .args(["--latency-secs", "2", "--latency-rate", "100"])
+        .args(["--latency-secs", "1", "--latency-rate", "100"])
         .arg("--out")
         .arg(&out)
         .env("RUST_BACKTRACE", "0")
@@ -76,7 +76,7 @@ fn every_contender_mirrors_a_small_backlog_on_kafka() {
     for r in run["results"].as_array().expect("results") {
         assert_eq!(r["records"], 3000, "{r}");
         if r["contender"] != "consume-only" && r["contender"] != "produce-only" {
-            assert_eq!(r["latency_records"], 200, "{r}");
+            assert_eq!(r["latency_records"], 100, "{r}");
         }
     }
 }
