@@ -170,6 +170,9 @@ pub struct KafkaResult {
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct SteadyCpu {
     pub cpu_secs: f64,
+    /// Of which the JVM's JIT compiler threads (0 for other processes).
+    #[serde(default)]
+    pub jit_secs: f64,
     /// Records that reached the target meanwhile.
     pub records: u64,
 }
@@ -340,8 +343,19 @@ fn epoch_ms(t: SystemTime) -> i64 {
 
 /// CPU seconds (user + system, all threads) and peak RSS (KiB) of a running process.
 fn proc_usage(pid: u32) -> anyhow::Result<(f64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    let cpu = stat_cpu(&format!("/proc/{pid}/stat"))?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let peak = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0);
+    Ok((cpu, peak))
+}
+
+/// User + system CPU seconds in a `/proc/.../stat` file (a process's or a thread's).
+fn stat_cpu(path: &str) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
     let fields: Vec<&str> = stat
         .rsplit_once(')')
         .context("a /proc stat line")?
@@ -351,19 +365,32 @@ fn proc_usage(pid: u32) -> anyhow::Result<(f64, u64)> {
     // After the command: state is field 3, utime 14 and stime 15 (1-based, man proc).
     let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
     // Clock ticks: the kernel's USER_HZ, 100 on Linux.
-    let hz = 100.0;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let peak = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0);
-    Ok((ticks / hz, peak))
+    Ok(ticks / 100.0)
+}
+
+/// CPU seconds of a JVM's JIT compiler threads (`C1 CompilerThre…`, `C2 CompilerThre…`) that
+/// are alive; 0 for other processes. A long-running JVM has compiled its hot code, so the
+/// steady phase is also reported without them. A compiler thread that ended took its CPU
+/// with it (it stays in the process's total): the figure can only be low.
+fn jit_cpu(pid: u32) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    tasks
+        .filter_map(|t| t.ok())
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|c| c.starts_with("C1 Compiler") || c.starts_with("C2 Compiler"))
+        })
+        .filter_map(|t| stat_cpu(&t.path().join("stat").display().to_string()).ok())
+        .sum()
 }
 
 /// The benchmark's two clusters and what every pass shares.
 pub struct Bench<'a> {
     args: &'a KafkaArgs,
+    /// Extra consumer and producer properties for this mirror's passes.
+    tuning: (Vec<(String, String)>, Vec<(String, String)>),
     records: u64,
     value_bytes: usize,
     partitions: i32,
@@ -376,6 +403,7 @@ pub struct Bench<'a> {
 impl<'a> Bench<'a> {
     pub fn start(
         args: &'a KafkaArgs,
+        tuning: (Vec<(String, String)>, Vec<(String, String)>),
         records: u64,
         value_bytes: usize,
         partitions: i32,
@@ -406,6 +434,7 @@ impl<'a> Bench<'a> {
         }
         Ok(Bench {
             args,
+            tuning,
             records,
             value_bytes,
             partitions,
@@ -509,8 +538,8 @@ impl<'a> Bench<'a> {
             let client = reader(&dst)?;
             let mut progress = (0, Instant::now());
             // CPU and records on the target when records were first seen there.
-            let mut at_first: Option<(f64, i64)> = None;
-            let (cpu_secs, peak_rss_kib, ends) = loop {
+            let mut at_first: Option<(f64, f64, i64)> = None;
+            let (cpu_secs, peak_rss_kib, ends, jit_at_end) = loop {
                 if let Some(status) = child.try_wait()? {
                     bail!(
                         "{} exited early ({status}); its log: {}\n{}",
@@ -523,10 +552,10 @@ impl<'a> Bench<'a> {
                 let total: i64 = ends.iter().sum();
                 if total as u64 >= self.records {
                     let (cpu, rss) = proc_usage(pid)?;
-                    break (cpu, rss, ends);
+                    break (cpu, rss, ends, jit_cpu(pid));
                 }
                 if at_first.is_none() && total > 0 {
-                    at_first = Some((proc_usage(pid)?.0, total));
+                    at_first = Some((proc_usage(pid)?.0, jit_cpu(pid), total));
                 }
                 if total != progress.0 {
                     progress = (total, Instant::now());
@@ -551,8 +580,9 @@ impl<'a> Bench<'a> {
                 total_secs: (last - start) as f64 / 1000.0,
                 first_record_secs: (first - start) as f64 / 1000.0,
                 cpu_secs,
-                steady_cpu: at_first.map(|(cpu, seen)| SteadyCpu {
+                steady_cpu: at_first.map(|(cpu, jit, seen)| SteadyCpu {
                     cpu_secs: cpu_secs - cpu,
+                    jit_secs: jit_at_end - jit,
                     records: self.records - seen as u64,
                 }),
                 peak_rss_kib,
@@ -625,11 +655,23 @@ impl<'a> Bench<'a> {
             Contender::Mirror => {
                 let c = dir.join("consumer.toml");
                 let p = dir.join("producer.toml");
+                let toml = |pairs: &[(String, String)]| -> String {
+                    pairs
+                        .iter()
+                        .map(|(k, v)| format!("\"{k}\" = \"{v}\"\n"))
+                        .collect()
+                };
                 std::fs::write(
                     &c,
-                    format!("bootstrap.servers = \"{src}\"\ngroup.id = \"{group}\"\n"),
+                    format!(
+                        "bootstrap.servers = \"{src}\"\ngroup.id = \"{group}\"\n{}",
+                        toml(&self.tuning.0)
+                    ),
                 )?;
-                std::fs::write(&p, format!("bootstrap.servers = \"{dst}\"\n"))?;
+                std::fs::write(
+                    &p,
+                    format!("bootstrap.servers = \"{dst}\"\n{}", toml(&self.tuning.1)),
+                )?;
                 let bin = match &self.args.mirror_bin {
                     Some(b) => b.clone(),
                     None => std::env::current_exe()?

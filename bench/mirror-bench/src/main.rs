@@ -733,7 +733,13 @@ fn orchestrate_kafka(cli: &Cli) -> anyhow::Result<()> {
     }
     let has = |name: &str| wanted.iter().any(|w| w == name);
     let started = Instant::now();
-    let mut bench = kafka::Bench::start(&cli.kafka, cli.records, cli.value_bytes, cli.partitions)?;
+    let mut bench = kafka::Bench::start(
+        &cli.kafka,
+        (cli.tuning.consumer.clone(), cli.tuning.producer.clone()),
+        cli.records,
+        cli.value_bytes,
+        cli.partitions,
+    )?;
     bench.preload()?;
     let mut results = Vec::new();
     if has("consume-only") {
@@ -771,6 +777,8 @@ fn orchestrate_kafka(cli: &Cli) -> anyhow::Result<()> {
         "latency_secs": cli.kafka.latency_secs,
         "mm1_heap": kafka::MM1_HEAP.join(" "),
         "mm2_heap": kafka::MM2_HEAP.join(" "),
+        "mirror_consumer": cli.tuning.consumer.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+        "mirror_producer": cli.tuning.producer.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
         "mm1_tuning": kafka::MM1_TUNING.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
         "wall_secs": started.elapsed().as_secs_f64(),
         "results": results,
