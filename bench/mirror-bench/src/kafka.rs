@@ -386,11 +386,14 @@ fn jit_cpu(pid: u32) -> f64 {
         .sum()
 }
 
+/// Extra client properties (KEY, VALUE) for this mirror's passes: consumer, producer.
+pub type Tuning = (Vec<(String, String)>, Vec<(String, String)>);
+
 /// The benchmark's two clusters and what every pass shares.
 pub struct Bench<'a> {
     args: &'a KafkaArgs,
     /// Extra consumer and producer properties for this mirror's passes.
-    tuning: (Vec<(String, String)>, Vec<(String, String)>),
+    tuning: Tuning,
     records: u64,
     value_bytes: usize,
     partitions: i32,
@@ -403,7 +406,7 @@ pub struct Bench<'a> {
 impl<'a> Bench<'a> {
     pub fn start(
         args: &'a KafkaArgs,
-        tuning: (Vec<(String, String)>, Vec<(String, String)>),
+        tuning: Tuning,
         records: u64,
         value_bytes: usize,
         partitions: i32,
