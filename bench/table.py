@@ -27,6 +27,10 @@ def mb_per_cpu(r):
     return (r["bytes"] / r["records"]) / cpu_per_million(r)
 
 
+def plural(n):
+    return "s" if n > 1 else ""
+
+
 def fmt(x, digits=0):
     return f"{x:,.{digits}f}"
 
@@ -107,7 +111,7 @@ def goals(runs):
             ms = [(mb_per_cpu(find(run, "mirror", s)), s) for s in streams]
             best = max(ms)
             print(f"| 1 KiB: ≥ 340 MB per CPU s | {b} |"
-                  f" {', '.join(f'{x:.0f} ({s} streams)' for x, s in ms)} |"
+                  f" {', '.join(f'{x:.0f} ({s} stream{plural(s)})' for x, s in ms)} |"
                   f" {'yes' if best[0] >= 340 else 'no'} |")
 
 
