@@ -1023,6 +1023,15 @@ fn wait_output(child: &mut Child, dir: &Path, timeout: Duration) -> anyhow::Resu
     }
 }
 
+/// Waits a millisecond for room in a full producer queue, then serves delivery reports.
+/// Not `poll(1 ms)`: rust-rdkafka's `BaseProducer::poll` passes its remaining time to
+/// librdkafka in whole milliseconds, truncated, so in its last millisecond it polls with 0 ms
+/// and spins on the clock until the deadline (all of a 1 ms poll).
+fn wait_for_room<C: ProducerContext>(producer: &BaseProducer<C>) {
+    std::thread::sleep(Duration::from_millis(1));
+    producer.poll(Duration::ZERO);
+}
+
 /// Sends `records` backlog records to `topic`, over the partitions in turn, `run` records to
 /// each (1: round-robin; a mirror sends runs of records of one source partition, as fetched).
 fn send_records(
@@ -1059,7 +1068,7 @@ fn send_records(
                 Ok(()) => break,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                     record = back;
-                    producer.poll(Duration::from_millis(1));
+                    wait_for_room(producer);
                 }
                 Err((e, _)) => bail!("sending record {i} to {topic}: {e}"),
             }
@@ -1235,7 +1244,7 @@ fn batched_loop(a: &KafkaPassArgs) -> anyhow::Result<()> {
                     Ok(()) => break,
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                         record = back;
-                        producer.poll(Duration::from_millis(1));
+                        wait_for_room(&producer);
                     }
                     Err((e, _)) => bail!("producing to {}: {e}", m.topic()),
                 }
