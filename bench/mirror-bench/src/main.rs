@@ -1,10 +1,15 @@
-//! `mirror-bench`: the mirror against its limits and against a hand-written peer, in one run.
+//! `mirror-bench`: the mirror against its limits, against Kafka's own mirrors and against a
+//! hand-written peer, in one run.
 //!
 //! ```sh
-//! cargo run --release --bin mirror-bench -- [--records N] [--value-bytes B] [--partitions P] [--streams 1,2,4]
+//! cargo run --release --bin mirror-bench -- --brokers kafka [--records N] [--value-bytes B] [--partitions P] [--streams 1,2,4] [--compression lz4]
+//! cargo run --release --bin mirror-bench -- --brokers mock [--records N] [--value-bytes B] [--partitions P] [--streams 1,2,4]
 //! ```
 //!
-//! Source and target are librdkafka mock clusters, each in its own process (this binary with
+//! `--brokers kafka`: see [`kafka`] (Apache Kafka clusters; MirrorMaker 1 and 2, a batched
+//! hand-written loop, the limits).
+//!
+//! `--brokers mock`: source and target are librdkafka mock clusters, each in its own process (this binary with
 //! `host-cluster`), on loopback. Every measured pass also runs in its own process (`pass`), so
 //! that its CPU time and peak RSS are its own. Passes, on the same preloaded backlog:
 //! consume-only (the source-side limit), produce-only (the target-side limit), the mirror with
@@ -30,6 +35,8 @@ use mirror_maker::settings::client::{ClientProps, Role};
 use mirror_maker::settings::routing::TopicFilter;
 use mirror_maker::settings::{Settings, SettingsOptions};
 
+mod kafka;
+
 const TOPIC: &str = "bench";
 
 #[derive(Parser)]
@@ -40,6 +47,10 @@ const TOPIC: &str = "bench";
 struct Cli {
     #[command(subcommand)]
     internal: Option<Internal>,
+    /// The clusters: Apache Kafka (started by the benchmark; the head-to-head with
+    /// MirrorMaker 1 and 2) or librdkafka's mock clusters.
+    #[arg(long, value_enum, default_value_t = Brokers::Mock)]
+    brokers: Brokers,
     /// Records in the backlog.
     #[arg(long, default_value_t = 1_000_000)]
     records: u64,
@@ -64,6 +75,14 @@ struct Cli {
     out: std::path::PathBuf,
     #[command(flatten)]
     tuning: Tuning,
+    #[command(flatten)]
+    kafka: kafka::KafkaArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Brokers {
+    Kafka,
+    Mock,
 }
 
 /// Extra client properties for the mirror passes (to measure a setting; the limits and the
@@ -108,6 +127,9 @@ enum Internal {
     },
     /// Run one measured pass and print its result as JSON.
     Pass(PassArgs),
+    /// Run one in-process pass on Kafka (a limit, printing its result as JSON, or the
+    /// batched loop, until stopped).
+    KafkaPass(kafka::KafkaPassArgs),
 }
 
 #[derive(clap::Args)]
@@ -163,6 +185,8 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&result)?);
             Ok(())
         }
+        Some(Internal::KafkaPass(pass)) => kafka::kafka_pass(&pass),
+        None if cli.brokers == Brokers::Kafka => orchestrate_kafka(&cli),
         None => orchestrate(&cli),
     }
 }
@@ -679,5 +703,99 @@ fn report(cli: &Cli, results: &[PassResult]) -> anyhow::Result<()> {
         })
     )?;
     println!("results appended to {}", cli.out.display());
+    Ok(())
+}
+
+/// `--brokers kafka`: every contender on the same Kafka clusters and backlog.
+fn orchestrate_kafka(cli: &Cli) -> anyhow::Result<()> {
+    use kafka::Contender;
+    let all = [
+        "consume-only",
+        "produce-only",
+        "mirror",
+        "mm1",
+        "mm1-tuned",
+        "mm2",
+        "batched-loop",
+    ];
+    let wanted: Vec<String> = if cli.kafka.contenders.is_empty() {
+        all.iter().map(|s| (*s).to_owned()).collect()
+    } else {
+        cli.kafka.contenders.clone()
+    };
+    for w in &wanted {
+        if !all.contains(&w.as_str()) {
+            bail!(
+                "--contenders: unknown contender {w:?} (one of {})",
+                all.join(", ")
+            );
+        }
+    }
+    let has = |name: &str| wanted.iter().any(|w| w == name);
+    let started = Instant::now();
+    let mut bench = kafka::Bench::start(
+        &cli.kafka,
+        (cli.tuning.consumer.clone(), cli.tuning.producer.clone()),
+        cli.records,
+        cli.value_bytes,
+        cli.partitions,
+    )?;
+    bench.preload()?;
+    let mut results = Vec::new();
+    if has("consume-only") {
+        results.push(bench.run(Contender::ConsumeOnly, 1)?);
+    }
+    if has("produce-only") {
+        results.push(bench.run(Contender::ProduceOnly, 1)?);
+    }
+    for &s in &cli.streams {
+        if has("mirror") {
+            results.push(bench.run(Contender::Mirror, s)?);
+        }
+        if has("mm1") {
+            results.push(bench.run(Contender::Mm1, s)?);
+        }
+        if has("mm2") {
+            results.push(bench.run(Contender::Mm2, s)?);
+        }
+    }
+    if has("mm1-tuned") {
+        results.push(bench.run(Contender::Mm1Tuned, 1)?);
+    }
+    if has("batched-loop") {
+        results.push(bench.run(Contender::BatchedLoop, 1)?);
+    }
+    bench.keep_logs();
+    let line = serde_json::json!({
+        "brokers": "kafka",
+        "kafka": "3.9.2",
+        "records": cli.records,
+        "value_bytes": cli.value_bytes,
+        "partitions": cli.partitions,
+        "compression": cli.kafka.compression,
+        "latency_rate": cli.kafka.latency_rate,
+        "latency_secs": cli.kafka.latency_secs,
+        "mm1_heap": kafka::MM1_HEAP.join(" "),
+        "mm2_heap": kafka::MM2_HEAP.join(" "),
+        "mirror_consumer": cli.tuning.consumer.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+        "mirror_producer": cli.tuning.producer.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+        "mm1_tuning": kafka::MM1_TUNING.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
+        "wall_secs": started.elapsed().as_secs_f64(),
+        "results": results,
+    });
+    if let Some(dir) = cli.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&cli.out)?;
+    writeln!(file, "{line}")?;
+    eprintln!(
+        "{} contenders in {:.0} s; results appended to {}",
+        results.len(),
+        started.elapsed().as_secs_f64(),
+        cli.out.display()
+    );
     Ok(())
 }

@@ -82,6 +82,8 @@ pub struct KafkaCluster {
     dir: Option<tempfile::TempDir>,
     /// How long [`KafkaCluster::start`] took, formatting included.
     pub startup: Duration,
+    /// The brokers' JVM options instead of the tests' small, quick-starting ones (empty: those).
+    jvm: Vec<String>,
 }
 
 fn free_port() -> u16 {
@@ -183,7 +185,19 @@ impl KafkaCluster {
         brokers: usize,
         extra: &[(&str, &str)],
     ) -> KafkaCluster {
-        KafkaCluster::start_inner(version, brokers, extra, None)
+        KafkaCluster::start_inner(version, brokers, extra, None, &[])
+    }
+
+    /// As [`KafkaCluster::start_with`], the brokers run with these JVM options (heap and
+    /// collector) instead of the tests' (`-Xmx384m`, serial GC, C1 only): the benchmark runs
+    /// them as `kafka-server-start.sh` does.
+    pub fn start_with_jvm(
+        version: KafkaVersion,
+        brokers: usize,
+        extra: &[(&str, &str)],
+        jvm: &[&str],
+    ) -> KafkaCluster {
+        KafkaCluster::start_inner(version, brokers, extra, None, jvm)
     }
 
     /// A cluster with a secured listener besides the PLAINTEXT one (see [`KafkaSecurity`]);
@@ -194,7 +208,7 @@ impl KafkaCluster {
         extra: &[(&str, &str)],
         security: &KafkaSecurity<'_>,
     ) -> KafkaCluster {
-        KafkaCluster::start_inner(version, brokers, extra, Some(security))
+        KafkaCluster::start_inner(version, brokers, extra, Some(security), &[])
     }
 
     fn start_inner(
@@ -202,6 +216,7 @@ impl KafkaCluster {
         brokers: usize,
         extra: &[(&str, &str)],
         security: Option<&KafkaSecurity<'_>>,
+        jvm: &[&str],
     ) -> KafkaCluster {
         assert!(brokers >= 1);
         let started = Instant::now();
@@ -351,6 +366,7 @@ impl KafkaCluster {
             nodes,
             dir: Some(dir),
             startup: Duration::ZERO,
+            jvm: jvm.iter().map(|o| (*o).to_owned()).collect(),
         };
         for i in 0..brokers {
             cluster.spawn(i);
@@ -379,7 +395,7 @@ impl KafkaCluster {
             .append(true)
             .open(node.dir.join("stdout.log"))
             .expect("stdout.log");
-        let mut cmd = java(&self.libs, &node.dir);
+        let mut cmd = java_with(&self.libs, &node.dir, &self.jvm);
         cmd.arg("kafka.Kafka")
             .arg(node.dir.join("server.properties"))
             .stdin(Stdio::null())
@@ -642,16 +658,26 @@ pub struct StoredBatch {
 /// `java` (or `$JAVA`) with a small heap and start-up-friendly flags, Kafka's jars on the class
 /// path and the node's logging configs.
 fn java(libs: &Path, node_dir: &Path) -> Command {
+    java_with(libs, node_dir, &[])
+}
+
+/// As [`java`], with these JVM options instead of the small heap and quick-start flags (none:
+/// those).
+fn java_with(libs: &Path, node_dir: &Path, options: &[String]) -> Command {
     let mut cmd = Command::new(std::env::var_os("JAVA").unwrap_or_else(|| "java".into()));
-    cmd.args([
-        "-Xmx384m",
-        "-Xms64m",
-        "-XX:+UseSerialGC",
-        "-XX:TieredStopAtLevel=1",
-        "-XX:-UsePerfData",
-        "-Djava.awt.headless=true",
-    ])
-    .arg(format!(
+    if options.is_empty() {
+        cmd.args([
+            "-Xmx384m",
+            "-Xms64m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-XX:-UsePerfData",
+            "-Djava.awt.headless=true",
+        ]);
+    } else {
+        cmd.args(options);
+    }
+    cmd.arg(format!(
         "-Dlog4j.configuration=file:{}",
         node_dir.join("log4j.properties").display()
     ))

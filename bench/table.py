@@ -1,0 +1,122 @@
+"""Prints bench/results.jsonl (runs of `mirror-bench --brokers kafka`) as Markdown: one table
+per backlog, then the issue's goals with the ratios measured in this run."""
+import json
+import sys
+
+NAMES = {"consume-only": "consume-only", "produce-only": "produce-only", "mirror": "this mirror",
+         "mm1": "MirrorMaker 1", "mm1-tuned": "MirrorMaker 1, tuned", "mm2": "MirrorMaker 2",
+         "batched-loop": "batched loop (Rust)"}
+
+
+def rate(r):
+    return r["records"] / r["steady_secs"]
+
+
+def cpu_per_million(r, jit=False):
+    """Steady-phase CPU seconds per million records (start-up excluded) when measured; without
+    `jit`, the JVM's JIT compiler threads are left out (a long-running JVM has compiled its hot
+    code); the limits measure the whole process."""
+    s = r.get("steady_cpu")
+    if s and s["records"] > 0 and s["cpu_secs"] > 0:
+        cpu = s["cpu_secs"] if jit else s["cpu_secs"] - s.get("jit_secs", 0)
+        return cpu / s["records"] * 1e6
+    return r["cpu_secs"] / r["records"] * 1e6
+
+
+def mb_per_cpu(r):
+    return (r["bytes"] / r["records"]) / cpu_per_million(r)
+
+
+def plural(n):
+    return "s" if n > 1 else ""
+
+
+def fmt(x, digits=0):
+    return f"{x:,.{digits}f}"
+
+
+def backlog(run):
+    return (f"{run['records']:,} × {run['value_bytes']} B, {run['partitions']} partitions,"
+            f" source batches {run['compression']}")
+
+
+def table(run):
+    print(f"\n{backlog(run)}:\n")
+    print("| contender | streams | records/s | MB/s | total s | first record s |"
+          " CPU s per M records: steady, JIT excluded (with JIT; whole process) | MB per CPU s |"
+          " peak RSS MiB | latency p50 / p99 ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in run["results"]:
+        lat = ""
+        if r.get("latency_p50_ms") is not None:
+            lat = f"{r['latency_p50_ms']:.0f} / {r['latency_p99_ms']:.0f}"
+        streams = r["streams"] if r["contender"] in ("mirror", "mm1", "mm2", "mm1-tuned") else ""
+        print(f"| {NAMES[r['contender']]} | {streams} | {fmt(rate(r))} |"
+              f" {fmt(r['bytes'] / r['steady_secs'] / 1e6, 1)} | {fmt(r['total_secs'], 1)} |"
+              f" {fmt(r['first_record_secs'], 1)} |"
+              f" {fmt(cpu_per_million(r), 2)} ({fmt(cpu_per_million(r, jit=True), 2)};"
+              f" {fmt(r['cpu_secs'] / r['records'] * 1e6, 2)}) |"
+              f" {fmt(mb_per_cpu(r), 0)} | {r['peak_rss_kib'] // 1024} | {lat} |")
+
+
+def find(run, contender, streams=None):
+    for r in run["results"]:
+        if r["contender"] == contender and (streams is None or r["streams"] == streams):
+            return r
+    return None
+
+
+def goals(runs):
+    print("\nGoals (ratios within this run):\n")
+    print("| goal | backlog | measured | met |")
+    print("|---|---|---|---|")
+    for run in runs:
+        b = f"{run['value_bytes']} B {run['compression']}"
+        streams = sorted({r["streams"] for r in run["results"] if r["contender"] == "mirror"})
+        rows = {"cpu": [], "rss": [], "rate": []}
+        for s in streams:
+            m = find(run, "mirror", s)
+            for peer in ("mm1", "mm2"):
+                p = find(run, peer, s)
+                if not (m and p):
+                    continue
+                tag = f"{'MM1' if peer == 'mm1' else 'MM2'} {s}"
+                rows["cpu"].append((cpu_per_million(p) / cpu_per_million(m), tag))
+                rows["rss"].append((m["peak_rss_kib"] / p["peak_rss_kib"], tag))
+                rows["rate"].append((rate(m) / rate(p), tag))
+        if rows["cpu"]:
+            worst = min(rows["cpu"])
+            print(f"| records per CPU s ≥ 3× MM1 and MM2 (equal streams) | {b} |"
+                  f" {', '.join(f'{x:.1f}× {t}' for x, t in rows['cpu'])} |"
+                  f" {'yes' if worst[0] >= 3 else 'no'} |")
+            worst = max(rows["rss"])
+            print(f"| peak RSS ≤ 1/4 of either JVM | {b} |"
+                  f" {', '.join(f'{x:.2f} of {t}' for x, t in rows['rss'])} |"
+                  f" {'yes' if worst[0] <= 0.25 else 'no'} |")
+            worst = min(rows["rate"])
+            print(f"| steady records/s ≥ each (equal streams) | {b} |"
+                  f" {', '.join(f'{x:.2f}× {t}' for x, t in rows['rate'])} |"
+                  f" {'yes' if worst[0] >= 1 else 'no'} |")
+        m1, c = find(run, "mirror", 1), find(run, "consume-only")
+        if m1 and c:
+            x = rate(m1) / rate(c)
+            print(f"| 1 stream ≥ 0.8 of consume-only | {b} | {x:.2f} | {'yes' if x >= 0.8 else 'no'} |")
+        mm2 = find(run, "mm2", 1)
+        if m1 and mm2:
+            x = m1["first_record_secs"] / mm2["first_record_secs"]
+            print(f"| start to first record ≤ 1/3 of MM2's (1 stream / 1 task) | {b} |"
+                  f" {m1['first_record_secs']:.1f} s / {mm2['first_record_secs']:.1f} s = {x:.2f} |"
+                  f" {'yes' if x <= 1 / 3 else 'no'} |")
+        if run["value_bytes"] >= 1024:
+            ms = [(mb_per_cpu(find(run, "mirror", s)), s) for s in streams]
+            best = max(ms)
+            print(f"| 1 KiB: ≥ 340 MB per CPU s | {b} |"
+                  f" {', '.join(f'{x:.0f} ({s} stream{plural(s)})' for x, s in ms)} |"
+                  f" {'yes' if best[0] >= 340 else 'no'} |")
+
+
+runs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+runs = [r for r in runs if r.get("brokers") == "kafka"]
+for run in runs:
+    table(run)
+goals(runs)
