@@ -520,7 +520,8 @@ fn the_sync_waits_for_the_mirror_and_leaves_what_the_target_owns() {
     let refused_848 = f.translate("app-active-848", &["--apply"]);
     assert_eq!(refused_848.code, Some(1), "{refused_848:?}");
     assert!(
-        format!("{}{}", refused_848.stdout, refused_848.stderr).contains("app-active-848"),
+        refused_848.stdout.contains("app-active-848")
+            && refused_848.stdout.contains("active members"),
         "the refusal names the group: {refused_848:?}"
     );
     eprintln!(
@@ -621,6 +622,21 @@ fn the_sync_waits_for_the_mirror_and_leaves_what_the_target_owns() {
     );
     let wrong = f.resumptions("app-ahead", &ahead);
     assert!(wrong.is_empty(), "{wrong:?}");
+    // translate --apply never moves a target offset back either.
+    commit_offsets(&dst, "app-back", AHEAD, &[(0, 120), (1, 120)]);
+    let kept = f.translate("app-back", &["--apply"]);
+    assert_eq!(kept.code, Some(0), "{kept:?}");
+    assert_eq!(f.target_offsets("app-back", AHEAD), [120, 120], "{kept:?}");
+    // A group that also reads a topic the mirror does not copy: that partition has no
+    // translation, said so (exit 1); the mirrored ones are translated.
+    f.pair.source.create_topic("elsewhere", 1, 1, &[]);
+    write_ids(&src, "elsewhere", 1, 0..10);
+    commit_offsets(&src, "app-mixed", "elsewhere", &[(0, 5)]);
+    commit_offsets(&src, "app-mixed", AHEAD, &[(0, 100), (1, 100)]);
+    let mixed = f.translate("app-mixed", &[]);
+    assert_eq!(mixed.code, Some(1), "{mixed:?}");
+    assert_eq!(mixed.get("elsewhere", 0).status, "unknown", "{mixed:?}");
+    assert_eq!(mixed.get(AHEAD, 0).status, "exact", "{mixed:?}");
 
     // Hash partitioning: each target partition holds records of both source partitions, so
     // no offset there matches a position in one of them. Refused, not guessed.

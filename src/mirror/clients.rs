@@ -93,3 +93,16 @@ impl rdkafka::ClientContext for ReaderContext {
 }
 
 impl rdkafka::consumer::ConsumerContext for ReaderContext {}
+
+/// The context of the short-lived clients of `translate` and the group sync: a cluster that
+/// cannot be reached is reported once, by the call that gives up, not by a line per broker
+/// and attempt (librdkafka's errors go to the debug log).
+pub struct QuietContext;
+
+impl rdkafka::ClientContext for QuietContext {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        tracing::debug!("librdkafka: {error}: {reason}");
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for QuietContext {}

@@ -78,7 +78,7 @@ pub fn commit_async<C: ConsumerContext>(
 
 /// Commits, without waiting, the points whose mapping the store acknowledged since the last
 /// periodic commit; nothing while that write is still on its way. Called on every turn of
-/// the stream's loop (a lock and a comparison when there is nothing to do).
+/// the stream's loop (an atomic load when there is nothing to do).
 pub fn commit_stored<C: ConsumerContext>(
     source: &Source<C>,
     shared: &StreamShared,

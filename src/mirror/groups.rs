@@ -11,10 +11,11 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
+use super::clients::QuietContext;
 use super::mapping::{OffsetMap, Translation};
 use super::state::{Control, SyncStats};
 use super::store;
@@ -31,17 +32,21 @@ pub enum GroupError {
         cluster: &'static str,
         source: KafkaError,
     },
+    #[error("cannot list the topics of the {cluster} cluster: {source}")]
+    Topics {
+        cluster: &'static str,
+        source: KafkaError,
+    },
     #[error("cannot list the consumer groups of the {cluster} cluster: {source}")]
     List {
         cluster: &'static str,
         source: KafkaError,
     },
     #[error(
-        "group {group} has {members} active member(s) on the target cluster: its applications \
-         run there already, and their commits are theirs. Stop them first (or leave the group \
-         alone)"
+        "group {group} has {members} on the target cluster: its applications run there \
+         already, and their commits are theirs. Stop them first (or leave the group alone)"
     )]
-    Active { group: String, members: usize },
+    Active { group: String, members: String },
     #[error("cannot commit offsets of group {group} on the target cluster: {source}")]
     Commit { group: String, source: KafkaError },
     #[error(transparent)]
@@ -92,14 +97,17 @@ impl PartitionResult {
 }
 
 /// A client of one cluster that reads and commits a group's offsets without joining it.
-fn group_client(props: &ClientProps, group: &str) -> Result<BaseConsumer, KafkaError> {
+fn group_client(
+    props: &ClientProps,
+    group: &str,
+) -> Result<BaseConsumer<QuietContext>, KafkaError> {
     props
         .connection_config()
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("allow.auto.create.topics", "false")
-        .create()
+        .create_with_context(QuietContext)
 }
 
 /// The committed offsets of `group` on `partitions` (those it has one for).
@@ -134,14 +142,19 @@ fn committed(
         .collect())
 }
 
-/// Translates `group`'s committed source offsets on every partition the store knows.
+/// Translates `group`'s committed source offsets on every partition the store knows, and on
+/// `also` (those the store does not know come out `unknown`).
 pub fn translate_group(
     clusters: Clusters<'_>,
     map: &OffsetMap,
     group: &str,
+    also: &[(String, i32)],
     timeout: Duration,
 ) -> Result<Vec<PartitionResult>, GroupError> {
-    let partitions = map.source_partitions();
+    let mut partitions = map.source_partitions();
+    partitions.extend_from_slice(also);
+    partitions.sort();
+    partitions.dedup();
     let offsets = committed(clusters.source, "source", group, &partitions, timeout)?;
     let mut results = Vec::new();
     for (topic, partition) in &partitions {
@@ -201,8 +214,35 @@ fn groups_of(
     timeout: Duration,
 ) -> Result<rdkafka::groups::GroupList, GroupError> {
     let error = |source| GroupError::List { cluster, source };
-    let client: BaseConsumer = props.connection_config().create().map_err(error)?;
+    let client: BaseConsumer<QuietContext> = props
+        .connection_config()
+        .create_with_context(QuietContext)
+        .map_err(error)?;
     client.fetch_group_list(group, timeout).map_err(error)
+}
+
+/// Every partition of the source cluster's topics (Kafka's internal ones aside): where a
+/// group may have offsets the mirror does not copy.
+pub fn source_partitions(
+    clusters: Clusters<'_>,
+    timeout: Duration,
+) -> Result<Vec<(String, i32)>, GroupError> {
+    let error = |source| GroupError::Topics {
+        cluster: "source",
+        source,
+    };
+    let client: BaseConsumer<QuietContext> = clusters
+        .source
+        .connection_config()
+        .create_with_context(QuietContext)
+        .map_err(error)?;
+    let metadata = client.fetch_metadata(None, timeout).map_err(error)?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none() && !t.name().starts_with("__"))
+        .flat_map(|t| t.partitions().iter().map(|p| (t.name().to_owned(), p.id())))
+        .collect())
 }
 
 /// Active members of `group` on the target cluster.
@@ -241,7 +281,7 @@ pub fn apply(
     if members > 0 {
         return Err(GroupError::Active {
             group: group.to_owned(),
-            members,
+            members: crate::settings::counted(members, "active member"),
         });
     }
     let exact: Vec<(String, i32, i64)> = results
@@ -276,7 +316,26 @@ pub fn apply(
             source,
         };
         let client = group_client(clusters.target, group).map_err(error)?;
-        client.commit(&tpl, CommitMode::Sync).map_err(error)?;
+        client
+            .commit(&tpl, CommitMode::Sync)
+            .map_err(|e| match e.rdkafka_error_code() {
+                // The group has members the listing did not show (a KIP-848 consumer group
+                // is "Dead" with no member to the classic DescribeGroups): the broker refuses
+                // a commit from outside the group.
+                Some(
+                    code @ (RDKafkaErrorCode::UnknownMemberId
+                    | RDKafkaErrorCode::IllegalGeneration
+                    | RDKafkaErrorCode::RebalanceInProgress
+                    | RDKafkaErrorCode::StaleMemberEpoch
+                    | RDKafkaErrorCode::FencedMemberEpoch),
+                ) => GroupError::Active {
+                    group: group.to_owned(),
+                    members: format!(
+                        "active members (it refused a commit from outside the group: {code:?})"
+                    ),
+                },
+                _ => error(e),
+            })?;
     }
     Ok(applied)
 }
@@ -309,7 +368,7 @@ pub fn sync_round(
     let map = store::load(&settings.producer, topic, timeout)?;
     let (mut waiting, mut lag) = (0u64, 0u64);
     for group in source_groups(settings, timeout)? {
-        let results = match translate_group(Clusters::of(settings), &map, &group, timeout) {
+        let results = match translate_group(Clusters::of(settings), &map, &group, &[], timeout) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!("group offset sync: {e}");

@@ -108,7 +108,8 @@ impl Translate {
             target: &self.target,
         };
         let map = store::load(&self.target, &self.topic, self.timeout)?;
-        let partitions = groups::translate_group(clusters, &map, &self.group, self.timeout)?;
+        let all = groups::source_partitions(clusters, self.timeout)?;
+        let partitions = groups::translate_group(clusters, &map, &self.group, &all, self.timeout)?;
         let mut report = Report {
             group: self.group.clone(),
             mapping_topic: self.topic.clone(),
