@@ -561,3 +561,34 @@ fn exactly_once_refuses_what_breaks_it() {
         &["txid.toml", "transactional.id"],
     );
 }
+
+#[test]
+fn group_offset_sync_needs_the_offset_mapping_and_a_valid_regex() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    assert_refused(
+        &mirror_args(
+            &c,
+            &p,
+            &["--offset.mapping", "false", "--sync.group.offsets", "app.*"],
+        ),
+        &["--sync.group.offsets", "--offset.mapping false"],
+    );
+    assert_refused(
+        &mirror_args(&c, &p, &["--sync.group.offsets", "app(["]),
+        &["--sync.group.offsets", "app(["],
+    );
+}
+
+#[test]
+fn translate_needs_a_group_and_the_offset_mapping() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let configs = ["--consumer.config", &c, "--producer.config", &p];
+    let mut no_group = vec!["translate"];
+    no_group.extend_from_slice(&configs);
+    assert_refused(&no_group, &["--group", "translate --help"]);
+    let mut no_mapping = no_group.clone();
+    no_mapping.extend_from_slice(&["--group", "app", "--offset.mapping", "false"]);
+    assert_refused(&no_mapping, &["translate", "--offset.mapping false"]);
+}

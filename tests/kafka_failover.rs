@@ -637,6 +637,15 @@ fn the_sync_waits_for_the_mirror_and_leaves_what_the_target_owns() {
     assert_eq!(mixed.code, Some(1), "{mixed:?}");
     assert_eq!(mixed.get("elsewhere", 0).status, "unknown", "{mixed:?}");
     assert_eq!(mixed.get(AHEAD, 0).status, "exact", "{mixed:?}");
+    // A mapping topic that does not exist (another --source.cluster.name) is named.
+    let elsewhere = f.translate("app-mixed", &["--source.cluster.name", "other"]);
+    assert_eq!(elsewhere.code, Some(1), "{elsewhere:?}");
+    assert!(
+        elsewhere
+            .stderr
+            .contains("mirror-maker.offsets.other does not exist"),
+        "{elsewhere:?}"
+    );
 
     // Hash partitioning: each target partition holds records of both source partitions, so
     // no offset there matches a position in one of them. Refused, not guessed.

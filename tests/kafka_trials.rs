@@ -1299,3 +1299,44 @@ fn partition_growth_is_mirrored_in_abort_mode() {
 fn partition_growth_is_mirrored_in_skip_mode() {
     partition_growth(false);
 }
+
+/// Each start adds a segment per partition to the offset mapping. At start the mirror removes
+/// those wholly below the source's log start (the latest of them stays), and every
+/// translation from the log start on is what it was.
+#[test]
+fn the_offset_mapping_is_pruned_below_the_sources_log_start() {
+    const PARTITIONS: i32 = 2;
+    let pair = KafkaPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let mut after_two = Vec::new();
+    for round in 0..3u64 {
+        pair.write(round * 100..(round + 1) * 100);
+        pair.mirror_until_committed(&[], ((round + 1) * 100) as i64);
+        if round == 1 {
+            after_two = pair.end_offsets();
+        }
+    }
+    let before = stored_mapping(&pair.dst());
+    assert_eq!(before.segment_count(), 3 * PARTITIONS as usize);
+    // The source drops everything the first two runs copied.
+    delete_records(&pair.src(), TOPIC, &after_two);
+    let ends = pair.end_offsets();
+    pair.write(300..400);
+    let mut mirror = pair.start(&[], &[], &["--offset.commit.interval.ms", "300"]);
+    wait_until(Duration::from_secs(60), "the mapping pruned", || {
+        mirror.log().contains("removed 2 segments") || !mirror.is_running()
+    });
+    wait_committed(&mut mirror, &pair.src(), TOPIC, PARTITIONS, 400);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let after = stored_mapping(&pair.dst());
+    // Two pruned, two added by this run.
+    assert_eq!(after.segment_count(), 3 * PARTITIONS as usize);
+    for p in 0..PARTITIONS {
+        for offset in after_two[p as usize]..=ends[p as usize] {
+            assert_eq!(
+                after.translate(TOPIC, p, offset),
+                before.translate(TOPIC, p, offset),
+                "partition {p}, source offset {offset}"
+            );
+        }
+    }
+}

@@ -29,6 +29,16 @@ pub struct Flush {
 }
 
 impl Flush {
+    /// A write that makes nothing committable (the store's own housekeeping: tombstones).
+    pub fn detached(records: usize) -> Arc<Flush> {
+        Arc::new(Flush {
+            id: 0,
+            remaining: AtomicUsize::new(records),
+            points: Mutex::default(),
+            persisted: Arc::default(),
+        })
+    }
+
     pub fn acknowledged(&self) {
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             let points =

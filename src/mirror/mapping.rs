@@ -30,6 +30,9 @@ pub struct Segment {
     pub count: i64,
     /// `(first source offset, length)` of each gap, ascending, inside the segment.
     pub gaps: Vec<(i64, i64)>,
+    /// `(first target offset, length)` of each run of target offsets inside the segment that
+    /// holds no copied record: the transaction markers of an exactly-once mirror.
+    pub target_gaps: Vec<(i64, i64)>,
     /// The first segment of a copy: a mirror began (or took over) the source partition here,
     /// at its committed offset, copying again whatever the previous copy had copied past it.
     pub copy_start: bool,
@@ -44,6 +47,23 @@ impl Segment {
     /// The source offset after the segment's last copied record.
     fn source_end(&self) -> i64 {
         self.source_offset + self.count + self.gaps.iter().map(|g| g.1).sum::<i64>()
+    }
+
+    /// One past the target offset of the segment's `k`-th copied record (`k` from 1): where
+    /// a group that read the first `k` resumes; the segment's start for 0.
+    fn target_after(&self, k: i64) -> i64 {
+        if k == 0 {
+            return self.target_offset;
+        }
+        let mut t = self.target_offset + k - 1;
+        for &(start, len) in &self.target_gaps {
+            if start <= t {
+                t += len;
+            } else {
+                break;
+            }
+        }
+        t + 1
     }
 
     /// Copied records of this segment whose source offset is below `offset`.
@@ -115,6 +135,8 @@ struct SegmentValue {
     n: i64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     gaps: Vec<(i64, i64)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    tgaps: Vec<(i64, i64)>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     start: bool,
     ms: i64,
@@ -175,6 +197,7 @@ impl StoreRecord {
                 to: s.target_offset,
                 n: s.count,
                 gaps: s.gaps.clone(),
+                tgaps: s.target_gaps.clone(),
                 start: s.copy_start,
                 ms,
             }),
@@ -211,10 +234,15 @@ impl StoreRecord {
                         v.n, v.to, s.to
                     )));
                 }
-                let ordered = v.gaps.iter().all(|g| g.1 > 0 && g.0 > v.so)
-                    && v.gaps.windows(2).all(|w| w[0].0 + w[0].1 < w[1].0);
-                if !ordered {
-                    return Err(error(format!("gaps {:?} out of order", v.gaps)));
+                let ordered = |gaps: &[(i64, i64)], from: i64| {
+                    gaps.iter().all(|g| g.1 > 0 && g.0 > from)
+                        && gaps.windows(2).all(|w| w[0].0 + w[0].1 < w[1].0)
+                };
+                if !ordered(&v.gaps, v.so) || !ordered(&v.tgaps, v.to) {
+                    return Err(error(format!(
+                        "gaps {:?} or target gaps {:?} out of order",
+                        v.gaps, v.tgaps
+                    )));
                 }
                 Ok(Some(StoreRecord::Segment(Segment {
                     source_topic: s.source,
@@ -225,6 +253,7 @@ impl StoreRecord {
                     target_offset: v.to,
                     count: v.n,
                     gaps: v.gaps,
+                    target_gaps: v.tgaps,
                     copy_start: v.start,
                 })))
             }
@@ -259,6 +288,9 @@ pub struct Recorder {
     /// The index in `open` of the previous report's pair: reports come in runs of one
     /// partition (a produced batch).
     last: usize,
+    /// Whether a jump in target offsets continues the segment (exactly-once: the target
+    /// partition's transaction markers) rather than starting a new one (another writer).
+    target_gaps: bool,
 }
 
 #[derive(Debug)]
@@ -267,6 +299,8 @@ struct OpenSegment {
     dirty: bool,
     /// The segment's source end, kept rather than summed over its gaps per record.
     end: i64,
+    /// The target offset after its last copied record.
+    target_end: i64,
 }
 
 impl OpenSegment {
@@ -280,6 +314,16 @@ impl OpenSegment {
 }
 
 impl Recorder {
+    /// The recorder of an exactly-once stream: its own transaction markers lie between the
+    /// records of one transaction and the next on every target partition, and do not break
+    /// a segment (they are listed as target gaps).
+    pub fn transactional() -> Recorder {
+        Recorder {
+            target_gaps: true,
+            ..Recorder::default()
+        }
+    }
+
     /// The target acknowledged the record copied from `source_offset` at `target_offset`.
     pub fn acked(
         &mut self,
@@ -296,25 +340,29 @@ impl Recorder {
             self.last = i;
             let open = &mut self.open[i];
             let s = &mut open.segment;
-            let end = open.end;
-            if target_offset == s.target_offset + s.count {
-                if source_offset == end {
-                    s.count += 1;
-                    open.dirty = true;
-                    open.end += 1;
-                    return;
-                }
-                if source_offset > end && s.gaps.len() < MAX_GAPS {
-                    // Offsets the source holds no copied record at (a transaction marker):
-                    // the target went on without a jump.
+            let (end, target_end) = (open.end, open.target_end);
+            let source_fits =
+                source_offset == end || (source_offset > end && s.gaps.len() < MAX_GAPS);
+            let target_fits = target_offset == target_end
+                || (self.target_gaps
+                    && target_offset > target_end
+                    && s.target_gaps.len() < MAX_GAPS);
+            if source_fits && target_fits {
+                if source_offset > end {
+                    // Offsets the source holds no copied record at (a transaction marker).
                     s.gaps.push((end, source_offset - end));
-                    s.count += 1;
-                    open.dirty = true;
-                    open.end = source_offset + 1;
-                    return;
                 }
+                if target_offset > target_end {
+                    // This mirror's own transaction markers on the target.
+                    s.target_gaps.push((target_end, target_offset - target_end));
+                }
+                s.count += 1;
+                open.dirty = true;
+                open.end = source_offset + 1;
+                open.target_end = target_offset + 1;
+                return;
             }
-            if source_offset == end - 1 && target_offset >= s.target_offset + s.count {
+            if source_offset == end - 1 && target_offset >= target_end {
                 // A second target record of the same source record (a handler's fan-out
                 // into one partition): the first one is where a group resumes.
                 return;
@@ -330,10 +378,12 @@ impl Recorder {
                 target_offset,
                 count: 1,
                 gaps: Vec::new(),
+                target_gaps: Vec::new(),
                 copy_start: found.is_none(),
             },
             dirty: true,
             end: source_offset + 1,
+            target_end: target_offset + 1,
         };
         match found {
             Some(i) => {
@@ -435,6 +485,83 @@ impl OffsetMap {
         self.progress.get(&(topic.to_owned(), partition))
     }
 
+    /// Segments no translation needs any more: wholly below their source partition's log
+    /// start (`log_start`; `None`: unknown, nothing is pruned), except the latest such
+    /// segment of each pair of partitions, which a group at or past the log start may still
+    /// resume after. A group below the log start resumes at the log start on the source too.
+    pub fn prunable(&self, log_start: impl Fn(&str, i32) -> Option<i64>) -> Vec<Segment> {
+        let mut out = Vec::new();
+        for ((topic, partition), by_target) in &self.segments {
+            let Some(start) = log_start(topic, *partition) else {
+                continue;
+            };
+            for segments in by_target.values() {
+                let below: Vec<&Segment> = segments
+                    .values()
+                    .filter(|s| s.source_end() <= start)
+                    .collect();
+                // Keyed by target offset: the last one below is the latest copy.
+                if let Some((_, older)) = below.split_last() {
+                    out.extend(older.iter().map(|s| (*s).clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Applies one record of the store topic as read: a record, or a tombstone that removes
+    /// a segment (pruned below the source's log start).
+    pub fn read(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), DecodeError> {
+        if value.is_none() {
+            if let Ok(Key {
+                v: FORMAT_VERSION,
+                segment: Some(k),
+                ..
+            }) = serde_json::from_slice::<Key>(key)
+            {
+                self.remove(&Segment {
+                    source_topic: k.source,
+                    source_partition: k.sp,
+                    target_topic: k.target,
+                    target_partition: k.tp,
+                    source_offset: 0,
+                    target_offset: k.to,
+                    count: 0,
+                    gaps: Vec::new(),
+                    target_gaps: Vec::new(),
+                    copy_start: false,
+                });
+            }
+            return Ok(());
+        }
+        if let Some(record) = StoreRecord::decode(key, value)? {
+            self.apply(record);
+        }
+        Ok(())
+    }
+
+    /// Removes a segment (a tombstone read from the store, or one pruned).
+    pub fn remove(&mut self, segment: &Segment) {
+        let source = (segment.source_topic.clone(), segment.source_partition);
+        let target = (segment.target_topic.clone(), segment.target_partition);
+        if let Some(segments) = self
+            .segments
+            .get_mut(&source)
+            .and_then(|m| m.get_mut(&target))
+        {
+            segments.remove(&segment.target_offset);
+        }
+    }
+
+    /// Segments held, over every pair of partitions.
+    pub fn segment_count(&self) -> usize {
+        self.segments
+            .values()
+            .flat_map(|by_target| by_target.values())
+            .map(BTreeMap::len)
+            .sum()
+    }
+
     /// The source partitions the store knows.
     pub fn source_partitions(&self) -> Vec<(String, i32)> {
         let mut all: Vec<Partition> = self
@@ -499,7 +626,7 @@ impl OffsetMap {
                 let below = segments
                     .values()
                     .filter(|s| s.source_offset < offset)
-                    .map(|s| s.target_offset + s.copied_below(offset))
+                    .map(|s| s.target_after(s.copied_below(offset)))
                     .max();
                 let first = || {
                     segments
@@ -558,6 +685,7 @@ mod tests {
             target_offset: to,
             count: n,
             gaps: Vec::new(),
+            target_gaps: Vec::new(),
             copy_start: false,
         })
     }
@@ -632,6 +760,36 @@ mod tests {
         let jumped = r.take_dirty();
         assert_eq!(jumped.len(), 1);
         assert_eq!((jumped[0].source_offset, jumped[0].target_offset), (108, 7));
+    }
+
+    #[test]
+    fn an_exactly_once_stream_s_own_transaction_markers_continue_a_segment() {
+        let mut r = Recorder::transactional();
+        // Three transactions of 3 records each: a commit marker on the target after each.
+        for (i, s) in (0..9).enumerate() {
+            let t = s + (i as i64 / 3);
+            r.acked(("orders", 0), s, ("orders", 0), t);
+        }
+        let written = r.take_dirty();
+        assert_eq!(written.len(), 1, "{written:?}");
+        assert_eq!(written[0].target_gaps, vec![(3, 1), (7, 1)]);
+        let back = StoreRecord::decode(
+            &StoreRecord::Segment(written[0].clone()).key(),
+            Some(&StoreRecord::Segment(written[0].clone()).value()),
+        )
+        .unwrap();
+        let m = map(vec![back.unwrap(), progress(9)]);
+        // Target: 0 1 2 [marker] 4 5 6 [marker] 8 9 10.
+        assert_eq!(m.translate("orders", 0, 0), exact(0));
+        assert_eq!(m.translate("orders", 0, 3), exact(3));
+        assert_eq!(m.translate("orders", 0, 4), exact(5));
+        assert_eq!(m.translate("orders", 0, 6), exact(7));
+        assert_eq!(m.translate("orders", 0, 9), exact(11));
+        // An at-least-once stream's target jump is another writer: a new segment.
+        let mut plain = Recorder::default();
+        plain.acked(("orders", 0), 0, ("orders", 0), 0);
+        plain.acked(("orders", 0), 1, ("orders", 0), 2);
+        assert_eq!(plain.take_dirty().len(), 2);
     }
 
     #[test]
@@ -716,6 +874,38 @@ mod tests {
         let m = map(vec![start(0, 0, 800), start(800, 900, 300), progress(1100)]);
         assert_eq!(m.translate("orders", 0, 800), exact(900));
         assert_eq!(m.translate("orders", 0, 799), exact(799));
+    }
+
+    #[test]
+    fn pruning_below_the_log_start_keeps_every_translation_from_there_on() {
+        // Four copies (restarts), the source's log start now at 2,500.
+        let records = vec![
+            start(0, 0, 1000),
+            start(900, 1000, 1200),
+            start(2000, 2200, 400),
+            start(2300, 2600, 1000),
+            progress(3300),
+        ];
+        let full = map(records.clone());
+        let pruned_segments = full.prunable(|_, _| Some(2500));
+        // 0..1000 and 900..2100 go; 2000..2400, the latest wholly below, stays.
+        let starts: Vec<i64> = pruned_segments.iter().map(|s| s.target_offset).collect();
+        assert_eq!(starts, vec![0, 1000]);
+        let mut pruned = map(records);
+        for s in &pruned_segments {
+            // As the store's readers see it: a tombstone under the segment's key.
+            pruned
+                .read(&StoreRecord::Segment(s.clone()).key(), None)
+                .unwrap();
+        }
+        for offset in 2500..=3300 {
+            assert_eq!(
+                pruned.translate("orders", 0, offset),
+                full.translate("orders", 0, offset),
+                "offset {offset}"
+            );
+        }
+        assert!(full.prunable(|_, _| None).is_empty());
     }
 
     #[test]

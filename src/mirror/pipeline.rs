@@ -5,12 +5,14 @@ use std::thread;
 
 use super::clients::Cluster;
 use super::groups;
+use super::ledger::StoreWriter;
 use super::probe::{probe, Unreachable};
 use super::state::{Control, ShutdownGate, Stats};
 use super::store::MappingStore;
 use super::stream::{Stream, StreamError, StreamReport};
 use super::topics::TopicCreator;
 use super::transaction::TxStream;
+use crate::settings::client::ClientProps;
 use crate::settings::flags::Partitioning;
 use crate::settings::{counted, Settings};
 
@@ -66,6 +68,15 @@ pub fn run(
         )),
         None => None,
     };
+    if let Some(store) = store.clone() {
+        // Not joined: a stop never waits for it (a slow cluster makes it take its timeout).
+        let (source, target) = (settings.consumer.clone(), settings.producer.clone());
+        let timeout = settings.startup_timeout;
+        thread::Builder::new()
+            .name("mapping-prune".to_owned())
+            .spawn(move || prune_mapping(&store, &source, &target, timeout))
+            .expect("spawning the offset-mapping prune");
+    }
     let gate = Arc::new(ShutdownGate::new(settings.num_streams));
     let results: Vec<Result<StreamReport, MirrorError>> = thread::scope(|scope| {
         if settings.sync_groups.is_some() {
@@ -119,6 +130,26 @@ pub fn run(
     match first_error {
         Some(e) => Err(e),
         None => Ok(summary),
+    }
+}
+
+/// Once at start: removes the offset-mapping segments below the source's log start (each
+/// restart and rebalance adds a segment per partition; this keeps the store to the source's
+/// retention). A failure costs nothing but the store's size: logged, not fatal.
+fn prune_mapping(
+    store: &MappingStore,
+    source: &ClientProps,
+    target: &ClientProps,
+    timeout: std::time::Duration,
+) {
+    match store.prune(source, target, timeout) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            "offset mapping: removed {} below the source's log start from {}",
+            counted(n, "segment"),
+            store.topic()
+        ),
+        Err(e) => tracing::warn!("offset mapping: not pruned: {e}"),
     }
 }
 

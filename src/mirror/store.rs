@@ -20,7 +20,7 @@ use rdkafka::message::{DeliveryResult, Message};
 use rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::clients::{self, Cluster, ReaderContext};
+use super::clients::{self, Cluster, QuietContext, ReaderContext};
 use super::ledger::{Flush, StoreWriter};
 use super::mapping::{OffsetMap, StoreRecord};
 use super::state::Control;
@@ -34,6 +34,12 @@ pub enum StoreError {
          or turn the mapping off with --offset.mapping false"
     )]
     Create { topic: String, reason: String },
+    #[error(
+        "the offset-mapping topic {topic} does not exist on the target cluster: a mirror makes \
+         it when it starts (unless --offset.mapping false); give the mirror's \
+         --source.cluster.name or --offset.mapping.topic"
+    )]
+    Missing { topic: String },
     #[error("cannot read the offset-mapping topic {topic} on the target cluster: {reason}")]
     Read { topic: String, reason: String },
     #[error("offset-mapping topic {topic}: {source}")]
@@ -123,6 +129,71 @@ impl MappingStore {
     }
 }
 
+impl MappingStore {
+    /// Queues one record (`value` `None`: a tombstone), waiting while the queue is full.
+    fn send(&self, key: &[u8], value: Option<&[u8]>, flush: &Arc<Flush>) -> Result<(), KafkaError> {
+        let mut pending = BaseRecord::with_opaque_to(&self.topic, flush.clone()).key(key);
+        if let Some(value) = value {
+            pending = pending.payload(value);
+        }
+        loop {
+            match self.producer.send(pending) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    pending = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+    }
+
+    /// Removes (tombstones) the segments no translation needs any more: those wholly below
+    /// their source partition's log start, but the latest of each pair of partitions (see
+    /// [`OffsetMap::prunable`]). Returns how many.
+    pub fn prune(
+        &self,
+        source: &ClientProps,
+        target: &ClientProps,
+        timeout: Duration,
+    ) -> Result<usize, StoreError> {
+        let map = load(target, &self.topic, timeout)?;
+        let client: BaseConsumer<QuietContext> = source
+            .connection_config()
+            .create_with_context(QuietContext)
+            .map_err(|source| StoreError::Client {
+                client: "source watermark reader",
+                source,
+            })?;
+        let mut log_start = std::collections::HashMap::new();
+        for (topic, partition) in map.source_partitions() {
+            if let Ok((low, _)) = client.fetch_watermarks(&topic, partition, timeout) {
+                log_start.insert((topic, partition), low);
+            }
+        }
+        let pruned = map.prunable(|t, p| log_start.get(&(t.to_owned(), p)).copied());
+        if pruned.is_empty() {
+            return Ok(0);
+        }
+        let flush = Flush::detached(pruned.len());
+        for segment in &pruned {
+            let key = StoreRecord::Segment(segment.clone()).key();
+            self.send(&key, None, &flush)
+                .map_err(|e| StoreError::Read {
+                    topic: self.topic.clone(),
+                    reason: format!("cannot queue a tombstone: {e}"),
+                })?;
+        }
+        rdkafka::producer::Producer::flush(&self.producer, timeout).map_err(|e| {
+            StoreError::Read {
+                topic: self.topic.clone(),
+                reason: format!("tombstones not acknowledged: {e}"),
+            }
+        })?;
+        Ok(pruned.len())
+    }
+}
+
 impl StoreWriter for MappingStore {
     fn topic(&self) -> &str {
         &self.topic
@@ -130,26 +201,12 @@ impl StoreWriter for MappingStore {
 
     fn write(&self, records: &[StoreRecord], flush: &Arc<Flush>) {
         for record in records {
-            let (key, value) = (record.key(), record.value());
-            let mut pending = BaseRecord::with_opaque_to(&self.topic, flush.clone())
-                .key(&key)
-                .payload(&value);
-            loop {
-                match self.producer.send(pending) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        pending = back;
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    Err((e, _)) => {
-                        // Never acknowledged: the flush stays incomplete, commits stop.
-                        tracing::error!(
-                            "cannot queue an offset-mapping record for topic {}: {e}",
-                            self.topic
-                        );
-                        break;
-                    }
-                }
+            if let Err(e) = self.send(&record.key(), Some(&record.value()), flush) {
+                // Never acknowledged: the flush stays incomplete, commits stop.
+                tracing::error!(
+                    "cannot queue an offset-mapping record for topic {}: {e}",
+                    self.topic
+                );
             }
         }
     }
@@ -244,10 +301,12 @@ pub fn load(props: &ClientProps, topic: &str, timeout: Duration) -> Result<Offse
         .filter(|t| t.name() == topic && t.error().is_none())
         .flat_map(|t| t.partitions().iter().map(|p| p.id()))
         .collect();
-    let mut map = OffsetMap::default();
     if partitions.is_empty() {
-        return Ok(map);
+        return Err(StoreError::Missing {
+            topic: topic.to_owned(),
+        });
     }
+    let mut map = OffsetMap::default();
     let mut tpl = TopicPartitionList::new();
     for p in &partitions {
         tpl.add_partition_offset(topic, *p, Offset::Beginning)
@@ -268,14 +327,11 @@ pub fn load(props: &ClientProps, topic: &str, timeout: Duration) -> Result<Offse
             None => {}
             Some(Ok(m)) => {
                 let Some(key) = m.key() else { continue };
-                if let Some(record) =
-                    StoreRecord::decode(key, m.payload()).map_err(|source| StoreError::Decode {
+                map.read(key, m.payload())
+                    .map_err(|source| StoreError::Decode {
                         topic: topic.to_owned(),
                         source,
-                    })?
-                {
-                    map.apply(record);
-                }
+                    })?;
             }
             Some(Err(KafkaError::PartitionEOF(p))) => {
                 at_end.insert(p);

@@ -26,6 +26,10 @@ impl Notifier {
     pub fn from_env() -> Option<Notifier> {
         let path = std::env::var("NOTIFY_SOCKET").ok()?;
         let socket = UnixDatagram::unbound().ok()?;
+        // Never wait for a reader: a notification that does not fit is dropped (logged at
+        // debug), so a stuck socket cannot hold up a stop (STOPPING=1 is sent from the
+        // signal thread).
+        socket.set_nonblocking(true).ok()?;
         Some(Notifier { socket, path })
     }
 

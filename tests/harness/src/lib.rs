@@ -847,3 +847,21 @@ pub fn latest_lossless_resume(copied: &[(i64, i64)], offset: i64) -> i64 {
     }
     resume
 }
+
+/// Deletes the records of `topic` below `offsets[p]` in each partition p (DeleteRecords): the
+/// source's log start moves there, as retention would move it.
+pub fn delete_records(bootstrap: &str, topic: &str, offsets: &[i64]) {
+    let mut tpl = TopicPartitionList::new();
+    for (p, &o) in offsets.iter().enumerate() {
+        tpl.add_partition_offset(topic, p as i32, Offset::Offset(o))
+            .expect("a partition offset");
+    }
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let result = block_on(admin(bootstrap).delete_records(&tpl, &opts))
+        .unwrap_or_else(|e| panic!("deleting records of {topic}: {e}"));
+    for e in result.elements() {
+        if let Err(err) = e.error() {
+            panic!("deleting records of {topic}/{}: {err}", e.partition());
+        }
+    }
+}
