@@ -636,7 +636,7 @@ impl Core {
         {
             let mut book = self.book();
             book.forget_sent();
-            book.recorder = Recorder::default();
+            book.recorder = Recorder::transactional();
         }
         let committed: Vec<(Partition, i64)> = {
             let mut state = self.state();
@@ -1405,7 +1405,11 @@ impl<'s> TxStream<'s> {
             .create_with_context(TxDelivery {
                 shared: shared.clone(),
                 txid: txid.clone(),
-                book: Mutex::default(),
+                book: Mutex::new(Book {
+                    // Its own transaction markers continue a segment (as target gaps).
+                    recorder: Recorder::transactional(),
+                    ..Book::default()
+                }),
             })
             .map_err(|e| create("transactional target producer", e))?;
         let timeout = transaction_timeout(settings);
