@@ -59,6 +59,23 @@ fn wait_caught_up(mirror: &mut Mirror, pair: &KafkaPair) -> Vec<i64> {
     end
 }
 
+/// What a stream logs when it starts copying partitions it was assigned.
+const STARTED: &str = "starting from the offset mapping";
+
+/// Waits up to 60 s for `needle` in the mirror's log; fails with the log if it does not come
+/// or the mirror exits first.
+fn wait_for_log(mirror: &mut Mirror, needle: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !mirror.log().contains(needle) {
+        assert!(
+            mirror.is_running() && Instant::now() < deadline,
+            "{what}: no {needle:?} after 60 s, or exited; log:\n{}",
+            mirror.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 struct Rng(u64);
 
 impl Rng {
@@ -86,12 +103,7 @@ fn hard_kills_during_a_steady_load_copy_each_record_once() {
     let mut on_target_at_kills = Vec::new();
     for _ in 0..KILLS {
         let mut mirror = pair.start(QUICK_SESSION, &[], &args);
-        wait_until(
-            Duration::from_secs(60),
-            "the mirror to start copying",
-            || mirror.log().contains("starting from the offset mapping") || !mirror.is_running(),
-        );
-        assert!(mirror.is_running(), "log:\n{}", mirror.log());
+        wait_for_log(&mut mirror, STARTED, "the mirror to start copying");
         std::thread::sleep(Duration::from_millis(300 + rng.below(1200)));
         mirror.signal("KILL");
         mirror.wait(Duration::from_secs(10));
@@ -198,24 +210,16 @@ fn a_paused_instance_that_wakes_after_its_partitions_moved_commits_nothing() {
     let trickle = pair.trickle(5000, 50);
     let started = Instant::now();
     let mut zombie = pair.start(QUICK_SESSION, &[], &exactly_once("a"));
-    wait_until(Duration::from_secs(60), "a to start copying", || {
-        zombie.log().contains("starting from the offset mapping") || !zombie.is_running()
-    });
+    wait_for_log(&mut zombie, STARTED, "a to start copying");
     let mut next_owner = pair.start(QUICK_SESSION, &[], &exactly_once("b"));
-    wait_until(Duration::from_secs(60), "b to get partitions", || {
-        next_owner
-            .log()
-            .contains("starting from the offset mapping")
-            || !next_owner.is_running()
-    });
+    wait_for_log(&mut next_owner, STARTED, "b to get partitions");
     std::thread::sleep(Duration::from_millis(500));
     zombie.signal("STOP");
-    wait_until(
-        Duration::from_secs(60),
+    wait_for_log(
+        &mut next_owner,
+        "fenced transactional id",
         "b to take a's partitions and fence it",
-        || next_owner.log().contains("fenced transactional id") || !next_owner.is_running(),
     );
-    assert!(next_owner.is_running(), "b log:\n{}", next_owner.log());
     // b copies a's partitions for a while before a wakes up.
     std::thread::sleep(Duration::from_millis(1500));
     zombie.signal("CONT");
@@ -306,11 +310,7 @@ fn a_transactional_source_is_copied_once_without_its_aborted_records() {
     };
     write(0..15);
     let mut mirror = pair.start(&[], &[], &exactly_once("a"));
-    wait_until(
-        Duration::from_secs(60),
-        "the mirror to start copying",
-        || mirror.log().contains("starting from the offset mapping") || !mirror.is_running(),
-    );
+    wait_for_log(&mut mirror, STARTED, "the mirror to start copying");
     write(15..30);
     let end = wait_caught_up(&mut mirror, &pair);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());

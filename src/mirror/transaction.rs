@@ -399,6 +399,8 @@ pub struct Core {
     /// Where a partition with neither progress nor a committed offset starts: the earliest
     /// offset, or the end (`auto.offset.reset`).
     earliest: bool,
+    /// A read of the store for pending partitions that ran out of patience, taken up again.
+    reader: Mutex<Option<StoreReader>>,
 }
 
 impl Core {
@@ -634,7 +636,7 @@ impl Core {
         {
             let mut book = self.book();
             book.forget_sent();
-            book.recorder = Recorder::default();
+            book.recorder = Recorder::transactional();
         }
         let committed: Vec<(Partition, i64)> = {
             let mut state = self.state();
@@ -731,30 +733,18 @@ impl Core {
         // store's last stable offset back until it is fenced), then, once the owners found
         // there are fenced, everything up to the high watermark; owners found only there are
         // fenced in turn, and the store read again.
-        let mut reader = StoreReader::open(&self.target, &self.store_topic, patience)?;
-        reader.read_to_stable_end(patience)?;
-        let mut fenced: Vec<String> = Vec::new();
-        let mut complete = false;
-        loop {
-            let mut owners: Vec<String> = partitions
-                .iter()
-                .filter_map(|(t, p)| reader.map.progress(t, *p))
-                .filter_map(|p| p.transactional_id.clone())
-                .filter(|id| *id != self.txid && !fenced.contains(id))
-                .collect();
-            owners.sort();
-            owners.dedup();
-            if owners.is_empty() && complete {
-                break;
-            }
-            for owner in owners {
-                self.fence(&owner).map_err(ReadError::Failed)?;
-                fenced.push(owner);
-            }
-            reader.read_to_high_watermark(patience)?;
-            complete = true;
+        // A read that ran out of patience is taken up again where it stopped: a store that
+        // takes longer than one try to read whole is still read.
+        let kept = self.reader.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut reader = match kept {
+            Some(r) => r,
+            None => StoreReader::open(&self.target, &self.store_topic, patience)?,
+        };
+        let result = self.fence_and_read(&mut reader, partitions, patience);
+        if let Err(ReadError::NotYet(_)) = result {
+            *self.reader.lock().unwrap_or_else(|e| e.into_inner()) = Some(reader);
         }
-        let map = reader.map;
+        let map = result?;
         let mut starts = Vec::with_capacity(partitions.len());
         let mut missing = TopicPartitionList::new();
         for (topic, partition) in partitions {
@@ -807,6 +797,40 @@ impl Core {
             starts.push((key, start));
         }
         Ok(starts)
+    }
+
+    /// Reads the store on (to its stable end, then, once every owner of `partitions` named
+    /// there is fenced, to its high watermark, again until no new owner appears) and returns
+    /// what it holds.
+    fn fence_and_read(
+        &self,
+        reader: &mut StoreReader,
+        partitions: &[Partition],
+        patience: Duration,
+    ) -> Result<OffsetMap, ReadError> {
+        reader.read_to_stable_end(patience)?;
+        let mut fenced: Vec<String> = Vec::new();
+        let mut complete = false;
+        loop {
+            let mut owners: Vec<String> = partitions
+                .iter()
+                .filter_map(|(t, p)| reader.map.progress(t, *p))
+                .filter_map(|p| p.transactional_id.clone())
+                .filter(|id| *id != self.txid && !fenced.contains(id))
+                .collect();
+            owners.sort();
+            owners.dedup();
+            if owners.is_empty() && complete {
+                break;
+            }
+            for owner in owners {
+                self.fence(&owner).map_err(ReadError::Failed)?;
+                fenced.push(owner);
+            }
+            reader.read_to_high_watermark(patience)?;
+            complete = true;
+        }
+        Ok(std::mem::take(&mut reader.map))
     }
 
     /// Fences transactional id `owner`: a producer initialised with it aborts the
@@ -1071,9 +1095,6 @@ struct StoreReader {
     watermarks: BaseConsumer<ReaderContext>,
     consumer: BaseConsumer<ReaderContext>,
     partitions: Vec<i32>,
-    /// Partitions whose readable end was reached (librdkafka's end of partition: the last
-    /// stable offset, for a read_committed reader).
-    stable_end: std::collections::HashSet<i32>,
     map: OffsetMap,
 }
 
@@ -1103,7 +1124,6 @@ impl StoreReader {
             watermarks: client("read_uncommitted")?,
             consumer: client("read_committed")?,
             partitions: Vec::new(),
-            stable_end: Default::default(),
             map: OffsetMap::default(),
         };
         let metadata = reader
@@ -1136,16 +1156,13 @@ impl StoreReader {
     }
 
     /// Reads on up to what is readable now: each partition's last stable offset (the first
-    /// record of the oldest open transaction on it).
+    /// record of the oldest open transaction on it) as it is now.
     fn read_to_stable_end(&mut self, patience: Duration) -> Result<(), ReadError> {
-        let deadline = Instant::now() + patience;
-        while self.stable_end.len() < self.partitions.len() {
-            if Instant::now() >= deadline {
-                return Err(self.not_yet(format!("not read to its stable end within {patience:?}")));
-            }
-            self.poll()?;
-        }
-        Ok(())
+        // A read_committed client's watermarks are the last stable offsets (librdkafka asks
+        // with its isolation level). Not the end-of-partition events: under a writer that
+        // commits every 100 ms, a fetch rarely comes back empty, and they rarely come.
+        let ends = self.ends(&self.consumer, patience)?;
+        self.read_to(&ends, patience, "its last stable offset")
     }
 
     /// Reads on up to each partition's high watermark as it is now: this waits for every
@@ -1153,15 +1170,41 @@ impl StoreReader {
     /// stream was assigned its partition (the previous owner's release) is never missed
     /// behind another stream's open transaction.
     fn read_to_high_watermark(&mut self, patience: Duration) -> Result<(), ReadError> {
-        let deadline = Instant::now() + patience;
+        let ends = self.ends(&self.watermarks, patience)?;
+        self.read_to(
+            &ends,
+            patience,
+            "its high watermark (a transaction on it is still open: \
+             a crashed instance's, aborted when its partitions' next owner fences it, or by the \
+             target after its transaction.timeout.ms)",
+        )
+    }
+
+    /// Each partition's end offset as `client` sees it (by its isolation level).
+    fn ends(
+        &self,
+        client: &BaseConsumer<ReaderContext>,
+        patience: Duration,
+    ) -> Result<Vec<(i32, i64)>, ReadError> {
         let mut ends = Vec::with_capacity(self.partitions.len());
         for p in &self.partitions {
-            let (_, high) = self
-                .watermarks
+            let (_, end) = client
                 .fetch_watermarks(&self.topic, *p, patience)
                 .map_err(|e| self.not_yet(e.to_string()))?;
-            ends.push((*p, high));
+            ends.push((*p, end));
         }
+        Ok(ends)
+    }
+
+    /// Polls until the reader's position in each partition reaches its end in `ends`
+    /// (librdkafka moves the position past transaction markers and aborted records).
+    fn read_to(
+        &mut self,
+        ends: &[(i32, i64)],
+        patience: Duration,
+        what: &str,
+    ) -> Result<(), ReadError> {
+        let deadline = Instant::now() + patience;
         loop {
             let positions = self
                 .consumer
@@ -1177,17 +1220,13 @@ impl StoreReader {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(self.not_yet(format!(
-                    "not read up to its high watermark within {patience:?} (a transaction on it \
-                     is still open: a crashed instance's, aborted when its partitions' next \
-                     owner fences it, or by the target after its transaction.timeout.ms)"
-                )));
+                return Err(self.not_yet(format!("not read up to {what} within {patience:?}")));
             }
             self.poll()?;
         }
     }
 
-    /// One poll: a record is applied to the map, an end of partition noted.
+    /// One poll: a record is applied to the map.
     fn poll(&mut self) -> Result<(), ReadError> {
         match self.consumer.poll(Duration::from_millis(100)) {
             None => Ok(()),
@@ -1200,10 +1239,7 @@ impl StoreReader {
                 }
                 Ok(())
             }
-            Some(Err(KafkaError::PartitionEOF(p))) => {
-                self.stable_end.insert(p);
-                Ok(())
-            }
+            Some(Err(KafkaError::PartitionEOF(_))) => Ok(()),
             Some(Err(e)) => Err(self.not_yet(e.to_string())),
         }
     }
@@ -1369,7 +1405,11 @@ impl<'s> TxStream<'s> {
             .create_with_context(TxDelivery {
                 shared: shared.clone(),
                 txid: txid.clone(),
-                book: Mutex::default(),
+                book: Mutex::new(Book {
+                    // Its own transaction markers continue a segment (as target gaps).
+                    recorder: Recorder::transactional(),
+                    ..Book::default()
+                }),
             })
             .map_err(|e| create("transactional target producer", e))?;
         let timeout = transaction_timeout(settings);
@@ -1419,6 +1459,7 @@ impl<'s> TxStream<'s> {
             listener,
             creator,
             topic_retry_limit: max_poll / 3,
+            reader: Mutex::default(),
             earliest: !matches!(
                 settings.consumer.get("auto.offset.reset").map(str::trim),
                 Some("latest" | "largest" | "end")
