@@ -15,7 +15,7 @@ use rdkafka::producer::{Producer, PurgeConfig};
 
 use super::clients::{self, Cluster};
 use super::commit::{commit_async, commit_stored, final_commit, follow_positions};
-use super::delivery::{DeliveryContext, MirrorProducer};
+use super::delivery::{serve_deliveries, DeliveryContext, MirrorProducer};
 use super::ledger::StreamMapping;
 use super::offsets::Ticket;
 use super::probe::matching_topics;
@@ -300,7 +300,11 @@ impl<'s> Stream<'s> {
                 self.set_paused(true, records, bytes);
             }
             if self.paused.get() {
-                self.producer.poll(Duration::from_millis(10));
+                serve_deliveries(
+                    &self.producer,
+                    &self.shared.stats,
+                    Duration::from_millis(10),
+                );
             }
             return;
         }
@@ -328,7 +332,7 @@ impl<'s> Stream<'s> {
                 return;
             }
             self.shared.turned(Instant::now());
-            self.producer.poll(Duration::from_millis(5));
+            serve_deliveries(&self.producer, &self.shared.stats, Duration::from_millis(5));
         }
     }
 
@@ -643,7 +647,11 @@ impl<'s> Stream<'s> {
                     {
                         self.poll_consumer_while_full();
                     } else {
-                        self.producer.poll(Duration::from_millis(10));
+                        serve_deliveries(
+                            &self.producer,
+                            &self.shared.stats,
+                            Duration::from_millis(10),
+                        );
                     }
                     if self.shared.control.stop_requested() {
                         // Left unacknowledged: the commit point stays before it.

@@ -50,6 +50,7 @@ use rdkafka::Offset;
 
 use super::clients::{self, Cluster, ReaderContext};
 use super::commit::committed;
+use super::delivery::serve_deliveries;
 use super::mapping::{OffsetMap, Progress, Recorder, StoreRecord};
 use super::probe::matching_topics;
 use super::rebalance::{make_target_topics, source_statistics};
@@ -580,7 +581,11 @@ impl Core {
                     if started.elapsed() < self.timeout =>
                 {
                     pending = back;
-                    self.producer.poll(Duration::from_millis(10));
+                    serve_deliveries(
+                        &self.producer,
+                        &self.shared.stats,
+                        Duration::from_millis(10),
+                    );
                 }
                 Err((e, _)) => {
                     return Err(TxFailure::Abortable(format!(
@@ -613,6 +618,15 @@ impl Core {
         }
     }
 
+    /// Forgets what the aborted transaction held: its records and the segments built from
+    /// their delivery reports (a later commit must not map source offsets to aborted target
+    /// records).
+    fn forget_transaction(&self) {
+        let mut book = self.book();
+        book.forget_sent();
+        book.recorder = Recorder::transactional();
+    }
+
     /// Aborts the open transaction and reads every owned partition again from its last
     /// committed progress.
     fn abort_and_rewind<C: ConsumerContext>(
@@ -633,11 +647,7 @@ impl Core {
                 return Err(failure);
             }
         }
-        {
-            let mut book = self.book();
-            book.forget_sent();
-            book.recorder = Recorder::transactional();
-        }
+        self.forget_transaction();
         let committed: Vec<(Partition, i64)> = {
             let mut state = self.state();
             state.rewind();
@@ -1649,24 +1659,43 @@ impl<'s> TxStream<'s> {
                 },
                 record,
             ),
-            Route::Handled(outputs) => outputs.iter().all(|out| {
-                let mut headers = RawHeaders::none();
-                for (key, value) in &out.headers {
-                    headers.add(key, value.as_deref());
+            Route::Handled(outputs) => {
+                let mut all = true;
+                for (i, out) in outputs.iter().enumerate() {
+                    let mut headers = RawHeaders::none();
+                    for (key, value) in &out.headers {
+                        headers.add(key, value.as_deref());
+                    }
+                    let sent = self.send(
+                        &out.topic,
+                        Outgoing {
+                            partition: out.partition.or(same_partition(self.settings, record)),
+                            key: out.key.as_deref(),
+                            value: out.value.as_deref(),
+                            timestamp: out.timestamp,
+                            headers: stamped(self.settings, headers),
+                            opaque: self.core.opaque(topic, partition, offset),
+                        },
+                        record,
+                    );
+                    if !sent {
+                        if i > 0 {
+                            // Some of the record's outputs are in the transaction, not all:
+                            // it must not commit (all or none).
+                            self.core
+                                .book()
+                                .failure
+                                .get_or_insert(TxFailure::Abortable(format!(
+                                    "the stop came between the outputs of {topic}/{partition} \
+                                     offset {offset}"
+                                )));
+                        }
+                        all = false;
+                        break;
+                    }
                 }
-                self.send(
-                    &out.topic,
-                    Outgoing {
-                        partition: out.partition.or(same_partition(self.settings, record)),
-                        key: out.key.as_deref(),
-                        value: out.value.as_deref(),
-                        timestamp: out.timestamp,
-                        headers: stamped(self.settings, headers),
-                        opaque: self.core.opaque(topic, partition, offset),
-                    },
-                    record,
-                )
-            }),
+                all
+            }
         };
         if sent {
             self.core.copied(topic, partition, offset);
@@ -1702,7 +1731,11 @@ impl<'s> TxStream<'s> {
                 }
                 Err(RDKafkaErrorCode::QueueFull) if started.elapsed() < self.core.timeout => {
                     shared.turned(Instant::now());
-                    self.core.producer.poll(Duration::from_millis(10));
+                    serve_deliveries(
+                        &self.core.producer,
+                        &shared.stats,
+                        Duration::from_millis(10),
+                    );
                     if shared.control.stop_requested() {
                         return false;
                     }
@@ -1723,6 +1756,7 @@ impl<'s> TxStream<'s> {
                 if let Err(e) = self.core.producer.abort_transaction(self.core.timeout) {
                     tracing::warn!(stream, "aborting the open transaction: {e}");
                 }
+                self.core.forget_transaction();
                 self.core.state().rewind();
             }
         } else {
