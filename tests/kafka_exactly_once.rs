@@ -12,6 +12,14 @@ use mirror_test_harness::*;
 
 const TOPIC: &str = "orders";
 
+/// The trials run one at a time whatever `--test-threads` says: each runs several mirrors
+/// with 2 s sessions, and two of them side by side on 2 cores miss their heartbeats.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The flags of an exactly-once mirror named `instance`, committing the source group (for
 /// monitoring and for the tests' catching-up checks) every 200 ms.
 fn exactly_once(instance: &'static str) -> [&'static str; 6] {
@@ -92,6 +100,7 @@ impl Rng {
 /// store. Then 0 lost, 0 duplicated, order kept.
 #[test]
 fn hard_kills_during_a_steady_load_copy_each_record_once() {
+    let _serial = one_at_a_time();
     const KILLS: usize = 10;
     const PARTITIONS: i32 = 8;
     let pair = KafkaPair::new(KAFKA_4, TOPIC, PARTITIONS);
@@ -143,6 +152,7 @@ fn hard_kills_during_a_steady_load_copy_each_record_once() {
 /// goes on). Every SIGTERM exits 0, the restarts keep running, each record is copied once.
 #[test]
 fn a_rebalance_storm_among_three_instances_copies_each_record_once() {
+    let _serial = one_at_a_time();
     const PARTITIONS: i32 = 12;
     let pair = KafkaPair::new(KAFKA_4, TOPIC, PARTITIONS);
     let names = ["a", "b", "c"];
@@ -204,6 +214,7 @@ fn a_rebalance_storm_among_three_instances_copies_each_record_once() {
 /// committing anything more, and each record is on the target once.
 #[test]
 fn a_paused_instance_that_wakes_after_its_partitions_moved_commits_nothing() {
+    let _serial = one_at_a_time();
     const PARTITIONS: i32 = 6;
     let pair = KafkaPair::new(KAFKA_4, TOPIC, PARTITIONS);
     pair.write(0..5000);
@@ -259,6 +270,7 @@ fn a_paused_instance_that_wakes_after_its_partitions_moved_commits_nothing() {
 /// and the aborted transactions at the tail).
 #[test]
 fn a_transactional_source_is_copied_once_without_its_aborted_records() {
+    let _serial = one_at_a_time();
     use mirror_maker::tools::compare::OwnedRecord as Record;
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     use rdkafka::ClientConfig;
@@ -345,6 +357,7 @@ fn a_transactional_source_is_copied_once_without_its_aborted_records() {
 #[test]
 #[ignore = "a measurement (several minutes), not a check: run it on demand"]
 fn measure_exactly_once_throughput_against_at_least_once() {
+    let _serial = one_at_a_time();
     const PARTITIONS: i32 = 8;
     const RECORDS: i64 = 400_000;
     let pair = KafkaPair::new(KAFKA_4, TOPIC, PARTITIONS);
