@@ -50,10 +50,10 @@ use rdkafka::Offset;
 
 use super::clients::{self, Cluster, ReaderContext};
 use super::commit::committed;
-use super::delivery::serve_deliveries;
+use super::delivery::purged;
 use super::mapping::{OffsetMap, Progress, Recorder, StoreRecord};
 use super::probe::matching_topics;
-use super::rebalance::{make_target_topics, source_statistics};
+use super::rebalance::{make_target_topics, seek_failures, source_statistics};
 use super::state::{Control, ShutdownGate, Stats, StreamShared};
 use super::stream::{route, same_partition, stamped, Route, StreamReport};
 use super::target::TargetNames;
@@ -194,36 +194,17 @@ fn fenced(txid: &str, e: &KafkaError, what: &str) -> String {
     )
 }
 
-fn purged(e: &KafkaError) -> bool {
-    matches!(
-        e.rdkafka_error_code(),
-        Some(
-            RDKafkaErrorCode::PurgeQueue
-                | RDKafkaErrorCode::PurgeInflight
-                | RDKafkaErrorCode::BrokerDestroy
-        )
-    )
-}
-
 impl ClientContext for TxDelivery {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         clients::librdkafka_log(Cluster::Target, level, fac, message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        let shared = &self.shared;
-        clients::client_error(
-            &shared.control,
-            Cluster::Target,
-            shared.stream,
-            &error,
-            reason,
-        );
+        self.shared.target_error(&error, reason);
     }
 
     fn stats(&self, statistics: rdkafka::Statistics) {
-        let up = statistics.brokers.values().any(|b| b.state == "UP");
-        self.shared.target_up.store(up, Ordering::Relaxed);
+        self.shared.target_statistics(&statistics);
     }
 }
 
@@ -581,11 +562,7 @@ impl Core {
                     if started.elapsed() < self.timeout =>
                 {
                     pending = back;
-                    serve_deliveries(
-                        &self.producer,
-                        &self.shared.stats,
-                        Duration::from_millis(10),
-                    );
+                    self.producer.poll(Duration::from_millis(10));
                 }
                 Err((e, _)) => {
                     return Err(TxFailure::Abortable(format!(
@@ -662,15 +639,7 @@ impl Core {
         for ((topic, partition), next) in &committed {
             let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
         }
-        let failed: Vec<String> = match consumer.seek_partitions(tpl, self.timeout) {
-            Ok(result) => result
-                .elements()
-                .iter()
-                .filter(|e| e.error().is_err())
-                .map(|e| format!("{}/{}", e.topic(), e.partition()))
-                .collect(),
-            Err(e) => vec![e.to_string()],
-        };
+        let failed = seek_failures(consumer, tpl, self.timeout);
         if !failed.is_empty() {
             self.state().broken = true;
             return Err(TxFailure::Fatal(format!(
@@ -1731,11 +1700,7 @@ impl<'s> TxStream<'s> {
                 }
                 Err(RDKafkaErrorCode::QueueFull) if started.elapsed() < self.core.timeout => {
                     shared.turned(Instant::now());
-                    serve_deliveries(
-                        &self.core.producer,
-                        &shared.stats,
-                        Duration::from_millis(10),
-                    );
+                    self.core.producer.poll(Duration::from_millis(10));
                     if shared.control.stop_requested() {
                         return false;
                     }
