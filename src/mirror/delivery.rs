@@ -186,27 +186,39 @@ impl ClientContext for DeliveryContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        let shared = &self.shared;
-        clients::client_error(
-            &shared.control,
-            Cluster::Target,
-            shared.stream,
-            &error,
-            reason,
-        );
+        self.shared.target_error(&error, reason);
     }
 
     fn stats(&self, statistics: rdkafka::Statistics) {
-        self.target_state(&statistics);
+        self.shared.target_statistics(&statistics);
     }
 }
 
-impl DeliveryContext {
-    /// The producer's statistics say whether any target broker is connected.
-    fn target_state(&self, statistics: &rdkafka::Statistics) {
-        let up = statistics.brokers.values().any(|b| b.state == "UP");
-        self.shared.target_up.store(up, Ordering::Relaxed);
+impl StreamShared {
+    /// A client-wide error of the stream's target producer (either mode's).
+    pub fn target_error(&self, error: &KafkaError, reason: &str) {
+        clients::client_error(&self.control, Cluster::Target, self.stream, error, reason);
     }
+
+    /// The producer's statistics say whether any target broker is connected.
+    pub fn target_statistics(&self, statistics: &rdkafka::Statistics) {
+        let up = statistics.brokers.values().any(|b| b.state == "UP");
+        self.target_up.store(up, Ordering::Relaxed);
+    }
+}
+
+/// A delivery report that says the record was purged (partitions released while it was
+/// queued, a shutdown flush that timed out) or the producer closed: not acknowledged, not
+/// failed either; it stays uncommitted.
+pub fn purged(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::PurgeQueue
+                | RDKafkaErrorCode::PurgeInflight
+                | RDKafkaErrorCode::BrokerDestroy
+        )
+    )
 }
 
 impl ProducerContext for DeliveryContext {
@@ -246,16 +258,7 @@ impl ProducerContext for DeliveryContext {
                     ),
                 }
             }
-            Err((error, _))
-                if matches!(
-                    error.rdkafka_error_code(),
-                    Some(
-                        RDKafkaErrorCode::PurgeQueue
-                            | RDKafkaErrorCode::PurgeInflight
-                            | RDKafkaErrorCode::BrokerDestroy
-                    )
-                ) =>
-            {
+            Err((error, _)) if purged(error) => {
                 // Purged (partitions released while records were queued, or a shutdown flush
                 // that timed out) or the producer closed: they stay uncommitted, not failed.
                 tracing::debug!(

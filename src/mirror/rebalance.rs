@@ -272,15 +272,7 @@ impl RebalanceContext {
                 return;
             }
         }
-        let failed: Vec<String> = match consumer.seek_partitions(tpl, SEEK_TIMEOUT) {
-            Ok(result) => result
-                .elements()
-                .iter()
-                .filter(|e| e.error().is_err())
-                .map(|e| format!("{}/{}", e.topic(), e.partition()))
-                .collect(),
-            Err(e) => vec![e.to_string()],
-        };
+        let failed = seek_failures(consumer, tpl, SEEK_TIMEOUT);
         if !failed.is_empty() {
             self.shared.control.fail(format!(
                 "stream {stream}: cannot rewind the partitions whose records were purged ({}); \
@@ -492,5 +484,23 @@ impl ConsumerContext for RebalanceContext {
             self.shared.assigned.store(true, Ordering::SeqCst);
         }
         self.assignment_changed.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Moves each partition of `tpl` to its offset; returns those that did not move (or the
+/// request's error): empty when all did.
+pub fn seek_failures<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    tpl: TopicPartitionList,
+    timeout: Duration,
+) -> Vec<String> {
+    match consumer.seek_partitions(tpl, timeout) {
+        Ok(result) => result
+            .elements()
+            .iter()
+            .filter(|e| e.error().is_err())
+            .map(|e| format!("{}/{}", e.topic(), e.partition()))
+            .collect(),
+        Err(e) => vec![e.to_string()],
     }
 }
