@@ -151,7 +151,7 @@ fn hard_kills_during_a_steady_load_copy_each_record_once() {
 /// transactional id; its restart, under the same --instance.id, has an id of its own and
 /// goes on). Every SIGTERM exits 0, the restarts keep running, each record is copied once.
 #[test]
-#[ignore = "flaky (issue 15, open): in about a third of runs a live instance is fenced during \
+#[ignore = "flaky (issue 15, open): in 5 of 11 runs a live instance is fenced during \
             the bounces and stops with exit 1 (nothing lost or duplicated); \
             cargo test --test kafka_exactly_once -- --ignored storm"]
 fn a_rebalance_storm_among_three_instances_copies_each_record_once() {
