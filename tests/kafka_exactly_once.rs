@@ -176,18 +176,22 @@ fn a_rebalance_storm_among_three_instances_copies_each_record_once() {
             assert_eq!(
                 status.code(),
                 Some(0),
-                "mirror {i} log:\n{}",
-                mirrors[i].log()
+                "mirror {i} stopped with SIGTERM:\n{}",
+                every_log(&logs, &mirrors)
             );
         }
         std::thread::sleep(Duration::from_millis(300));
         let old = std::mem::replace(&mut mirrors[i], start(i));
-        logs.push(old.log());
+        logs.push(format!("mirror {i}, run {}:\n{}", step / 3, old.log()));
     }
     // The restarts after the kills were not fenced by those who fenced the killed runs.
     std::thread::sleep(Duration::from_secs(5));
     for (i, m) in mirrors.iter_mut().enumerate() {
-        assert!(m.is_running(), "mirror {i} log:\n{}", m.log());
+        assert!(
+            m.is_running(),
+            "mirror {i} stopped:\n{}",
+            every_log(&logs, &mirrors)
+        );
     }
     let written = trickle.stop();
     wait_caught_up(&mut mirrors[0], &pair);
@@ -209,6 +213,19 @@ fn a_rebalance_storm_among_three_instances_copies_each_record_once() {
     );
     assert_eq!(totals["source_records"], written);
     assert_eq!(totals["duplicated"], 0);
+}
+
+/// The logs of the runs that ended (`ended`) and of those still running, each under its
+/// name: a fence in one instance is explained by another's log.
+fn every_log(ended: &[String], running: &[Mirror]) -> String {
+    let mut all = ended.to_vec();
+    all.extend(
+        running
+            .iter()
+            .enumerate()
+            .map(|(i, m)| format!("mirror {i}, last run:\n{}", m.log())),
+    );
+    all.join("\n")
 }
 
 /// A zombie: instance `a` is paused (SIGSTOP) past its session timeout with a transaction
