@@ -145,21 +145,46 @@ fn hard_kills_during_a_steady_load_copy_each_record_once() {
     );
 }
 
-/// Three instances in one group, stopped and started again in turns while a writer keeps
-/// adding records: six SIGTERM bounces (every stop and start a rebalance, partitions released
-/// and claimed through the store) and two SIGKILLs (the survivors fence the killed run's
-/// transactional id; its restart, under the same --instance.id, has an id of its own and
-/// goes on). Every SIGTERM exits 0, the restarts keep running, each record is copied once.
+/// The KIP-848 consumer group protocol: the broker assigns, and sets the session and the
+/// heartbeat, here as quick as the classic trials' [`QUICK_SESSION`].
+const CONSUMER_PROTOCOL: &[(&str, &str)] = &[("group.protocol", "consumer")];
+const QUICK_CONSUMER_SESSION: &[(&str, &str)] = &[
+    ("group.consumer.min.session.timeout.ms", "1000"),
+    ("group.consumer.session.timeout.ms", "2000"),
+    ("group.consumer.min.heartbeat.interval.ms", "300"),
+    ("group.consumer.heartbeat.interval.ms", "300"),
+];
+
+/// Three instances in one group (KIP-848: the broker assigns), stopped and started again in
+/// turns while a writer keeps adding records: six SIGTERM bounces (every stop and start a
+/// rebalance, partitions released and claimed through the store) and two SIGKILLs (the
+/// survivors fence the killed run's transactional id; its restart, under the same
+/// --instance.id, has an id of its own and goes on). Every SIGTERM exits 0, the restarts keep
+/// running, each record is copied once.
 #[test]
-#[ignore = "flaky (issue 15, open): in 5 of 11 runs a live instance is fenced during \
-            the bounces and stops with exit 1 (nothing lost or duplicated); \
-            cargo test --test kafka_exactly_once -- --ignored storm"]
 fn a_rebalance_storm_among_three_instances_copies_each_record_once() {
     let _serial = one_at_a_time();
-    const PARTITIONS: i32 = 12;
-    let pair = KafkaPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let pair = KafkaPair::with(KAFKA_4, 1, QUICK_CONSUMER_SESSION, TOPIC, 12, &[]);
+    rebalance_storm(&pair, CONSUMER_PROTOCOL, "group.protocol=consumer");
+}
+
+/// The same storm on the classic protocol with librdkafka's cooperative-sticky assignor.
+#[test]
+#[ignore = "fails in about half the runs (issue 15, open): librdkafka 2.12.1's \
+            cooperative-sticky assignor gave a live instance's partitions to another without \
+            revoking them (the group coordinator's log: the instance had just revoked some \
+            partitions and rejoined; the next generation formed when a killed member's session \
+            ended). That instance is fenced and stops with exit 1, nothing lost or duplicated; \
+            the mirror warns at start. cargo test --test kafka_exactly_once -- --ignored classic"]
+fn a_rebalance_storm_on_the_classic_protocol_copies_each_record_once() {
+    let _serial = one_at_a_time();
+    let pair = KafkaPair::new(KAFKA_4, TOPIC, 12);
+    rebalance_storm(&pair, QUICK_SESSION, "classic, cooperative-sticky");
+}
+
+fn rebalance_storm(pair: &KafkaPair, consumer: &[(&str, &str)], protocol: &str) {
     let names = ["a", "b", "c"];
-    let start = |i: usize| pair.start(QUICK_SESSION, &[], &exactly_once(names[i]));
+    let start = |i: usize| pair.start(consumer, &[], &exactly_once(names[i]));
     pair.write(0..3000);
     let trickle = pair.trickle(3000, 50);
     let started = Instant::now();
@@ -194,7 +219,7 @@ fn a_rebalance_storm_among_three_instances_copies_each_record_once() {
         );
     }
     let written = trickle.stop();
-    wait_caught_up(&mut mirrors[0], &pair);
+    wait_caught_up(&mut mirrors[0], pair);
     for (i, m) in mirrors.iter_mut().enumerate() {
         assert_eq!(m.stop().code(), Some(0), "mirror {i} log:\n{}", m.log());
     }
@@ -203,12 +228,19 @@ fn a_rebalance_storm_among_three_instances_copies_each_record_once() {
         .iter()
         .map(|l| l.matches("fenced transactional id").count())
         .sum::<usize>();
+    if consumer.contains(&("group.protocol", "consumer")) {
+        assert!(
+            !logs.iter().any(|l| l.contains("classic group protocol")),
+            "a warning about the classic protocol under KIP-848:\n{}",
+            logs.join("\n")
+        );
+    }
     // The killed runs did not release their partitions: whoever took them fenced them.
-    assert!(fences >= 2, "{fences} fences");
-    let totals = verified_exactly_once(&pair);
+    assert!(fences >= 2, "{fences} fences:\n{}", logs.join("\n"));
+    let totals = verified_exactly_once(pair);
     eprintln!(
-        "TRIAL exactly-once rebalance storm kafka 4.4.0: 3 instances, 6 SIGTERM bounces and 2 \
-         SIGKILLs ({fences} fences), {written} records, verify: {totals}, {:.0} s",
+        "TRIAL exactly-once rebalance storm kafka 4.4.0 ({protocol}): 3 instances, 6 SIGTERM \
+         bounces and 2 SIGKILLs ({fences} fences), {written} records, verify: {totals}, {:.0} s",
         started.elapsed().as_secs_f64()
     );
     assert_eq!(totals["source_records"], written);
@@ -257,6 +289,11 @@ fn a_paused_instance_that_wakes_after_its_partitions_moved_commits_nothing() {
     let status = zombie.wait(Duration::from_secs(60));
     let zombie_log = zombie.log();
     assert_eq!(status.code(), Some(1), "a log:\n{zombie_log}");
+    // On the classic protocol the mirror says at start what KIP-848 avoids.
+    assert!(
+        zombie_log.contains("exactly once on the classic group protocol"),
+        "a log:\n{zombie_log}"
+    );
     assert!(
         zombie_log.contains("fenced transactional id") || zombie_log.contains("assignment lost"),
         "a log:\n{zombie_log}"

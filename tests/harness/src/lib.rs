@@ -57,6 +57,10 @@ pub fn mirror_configs(
     consumer.extend_from_slice(FAST_GROUP);
     // The test's own settings override the defaults above.
     consumer.retain(|(k, _)| !consumer_extra.iter().any(|(e, _)| e == k));
+    // Under KIP-848 the broker sets the session and the heartbeat; the mirror refuses both.
+    if consumer_extra.contains(&("group.protocol", "consumer")) {
+        consumer.retain(|(k, _)| !matches!(*k, "session.timeout.ms" | "heartbeat.interval.ms"));
+    }
     consumer.extend_from_slice(consumer_extra);
     (
         write_config(dir, "consumer.toml", source, &consumer),
