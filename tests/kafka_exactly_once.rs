@@ -100,10 +100,21 @@ impl Rng {
 /// store. Then 0 lost, 0 duplicated, order kept.
 #[test]
 fn hard_kills_during_a_steady_load_copy_each_record_once() {
+    hard_kills(KAFKA_4);
+}
+
+/// The same on Kafka 3.9 (KRaft): the 3.x line many users still run, whose transaction
+/// coordinator predates KIP-890's second part (transaction version 2 came with 4.0).
+#[test]
+fn hard_kills_on_kafka_3_9_copy_each_record_once() {
+    hard_kills(KAFKA_3);
+}
+
+fn hard_kills(version: KafkaVersion) {
     let _serial = one_at_a_time();
     const KILLS: usize = 10;
     const PARTITIONS: i32 = 8;
-    let pair = KafkaPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let pair = KafkaPair::new(version, TOPIC, PARTITIONS);
     pair.write(0..20_000);
     let trickle = pair.trickle(20_000, 100);
     let args = exactly_once("a");
@@ -128,9 +139,10 @@ fn hard_kills_during_a_steady_load_copy_each_record_once() {
     assert_eq!(last.stop().code(), Some(0), "log:\n{}", last.log());
     let totals = verified_exactly_once(&pair);
     eprintln!(
-        "TRIAL exactly-once hard-kills kafka 4.4.0: {KILLS} SIGKILLs (target end offsets at \
+        "TRIAL exactly-once hard-kills kafka {}: {KILLS} SIGKILLs (target end offsets at \
          each, aborted transactions included: {on_target_at_kills:?}), {written} records, \
          verify: {totals}, {:.0} s",
+        version.version(),
         started.elapsed().as_secs_f64()
     );
     assert_eq!(totals["source_records"], written);
@@ -490,4 +502,89 @@ fn measure_exactly_once_throughput_against_at_least_once() {
         "MEASURE {RECORDS} records of 100 B, {PARTITIONS} partitions, 1 stream, Kafka 4.4.0: {}",
         ratios.join(", ")
     );
+}
+
+/// Broker restarts: the target's only broker (the transaction coordinator, the target
+/// partitions and the offset-mapping topic at once) is SIGKILLed under a steady load and
+/// started again 3 s later, then the source's only broker likewise (its writer paused, since
+/// the writer needs it). The mirror waits through both (no exit), then catches up; each record
+/// is on the target once.
+#[test]
+fn broker_restarts_on_either_side_copy_each_record_once() {
+    let _serial = one_at_a_time();
+    const PARTITIONS: i32 = 4;
+    let started = Instant::now();
+    let mut pair = KafkaPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    pair.write(0..3000);
+    let mut trickle = Some(pair.trickle(3000, 50));
+    let mut written = 3000;
+    // librdkafka's defaults, not the tests' quick group settings, which this mode does not
+    // survive here (issue 15, seen, not fixed): an exactly-once stream does not serve the
+    // group while a transactional call waits for the target (up to transaction.timeout.ms a
+    // call), so a 10 s max.poll.interval.ms made it leave the group during the target's
+    // outage; and a source outage longer than session.timeout.ms (6 s) loses the assignment,
+    // which stops an exactly-once stream (exit 1) where an at-least-once one rejoins.
+    let mut mirror = pair.start(
+        &[
+            ("max.poll.interval.ms", "300000"),
+            ("session.timeout.ms", "45000"),
+            ("heartbeat.interval.ms", "3000"),
+        ],
+        &[],
+        &exactly_once("a"),
+    );
+    wait_for_log(&mut mirror, STARTED, "the mirror to start copying");
+    wait_until(Duration::from_secs(60), "the first commits", || {
+        committed_total(&pair.src(), TOPIC, PARTITIONS) > 0
+    });
+    let mut outages = Vec::new();
+    for side in ["target", "source"] {
+        if side == "source" {
+            written = trickle.take().expect("the writer runs").stop();
+        }
+        let before = committed_total(&pair.src(), TOPIC, PARTITIONS);
+        match side {
+            "target" => pair.target.kill(1),
+            _ => pair.source.kill(1),
+        }
+        std::thread::sleep(Duration::from_secs(3));
+        match side {
+            "target" => pair.target.restart(1),
+            _ => pair.source.restart(1),
+        }
+        let back = Instant::now();
+        if side == "source" {
+            pair.write(written..written + 1000);
+            written += 1000;
+        }
+        wait_until(
+            Duration::from_secs(90),
+            &format!("commits to advance after the {side} broker's restart"),
+            || {
+                assert!(
+                    mirror.is_running(),
+                    "the mirror stopped after the {side} broker's restart:\n{}",
+                    mirror.log()
+                );
+                committed_total(&pair.src(), TOPIC, PARTITIONS) > before + 200
+            },
+        );
+        outages.push(format!(
+            "{side}: commits past {before} + 200 {:.1} s after the restart",
+            back.elapsed().as_secs_f64()
+        ));
+    }
+    pair.write(written..written + 1000);
+    written += 1000;
+    wait_caught_up(&mut mirror, &pair);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let totals = verified_exactly_once(&pair);
+    eprintln!(
+        "TRIAL exactly-once broker restarts kafka 4.4.0: {}; {written} records, verify: \
+         {totals}, {:.0} s",
+        outages.join("; "),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(totals["source_records"], written);
+    assert_eq!(totals["duplicated"], 0);
 }

@@ -1783,3 +1783,98 @@ fn transaction_timeout(settings: &Settings) -> Duration {
             .unwrap_or(60_000),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(topic: &str, partition: i32, next: i64, committed: Option<i64>) -> Part {
+        Part {
+            topic: topic.to_owned(),
+            partition,
+            next,
+            committed,
+            followable: true,
+        }
+    }
+
+    #[test]
+    fn an_abort_rewinds_each_partition_to_its_last_committed_progress() {
+        let mut state = TxState {
+            open: Some(Instant::now()),
+            parts: vec![
+                part("orders", 0, 150, Some(100)),
+                // Just assigned: its claim is not committed yet; it keeps its start.
+                part("orders", 1, 40, None),
+            ],
+            ..TxState::default()
+        };
+        assert!(state.parts.iter().all(Part::dirty));
+        state.rewind();
+        assert!(state.open.is_none());
+        let found = |s: &mut TxState, p: i32| {
+            let part = s.find("orders", p).expect("owned");
+            (part.next, part.followable, part.dirty())
+        };
+        // Copied again from 100: the aborted copies of 100..150 are never visible.
+        assert_eq!(found(&mut state, 0), (100, false, false));
+        // Still to be claimed: the next commit writes its progress.
+        assert_eq!(found(&mut state, 1), (40, false, true));
+    }
+
+    #[test]
+    fn a_released_partition_is_no_longer_found() {
+        let mut state = TxState {
+            parts: vec![
+                part("orders", 0, 10, Some(10)),
+                part("orders", 1, 20, Some(20)),
+                part("payments", 0, 30, Some(30)),
+            ],
+            ..TxState::default()
+        };
+        assert_eq!(state.find("payments", 0).map(|p| p.next), Some(30));
+        state.remove("payments", 0);
+        assert!(state.find("payments", 0).is_none());
+        assert_eq!(state.find("orders", 1).map(|p| p.next), Some(20));
+        assert!(state.find("orders", 2).is_none());
+    }
+
+    #[test]
+    fn reports_of_a_forgotten_transaction_are_told_apart_by_generation() {
+        let mut book = Book::default();
+        let a = book.slot("orders", 0);
+        let b = book.slot("orders", 1);
+        assert_ne!(a, b);
+        // A partition keeps its slot: no allocation per record.
+        assert_eq!(book.slot("orders", 0), a);
+        assert_eq!(book.sources.len(), 2);
+        book.sent.push((a, 7));
+        book.failure = Some(TxFailure::Abortable("a record timed out".into()));
+        let before = book.generation;
+        book.forget_sent();
+        assert_ne!(book.generation, before);
+        assert!(book.sent.is_empty() && book.failure.is_none());
+        // The slots outlive transactions.
+        assert_eq!(book.slot("orders", 1), b);
+    }
+
+    #[test]
+    fn fencing_errors_are_recognised_and_named() {
+        for code in [
+            RDKafkaErrorCode::Fenced,
+            RDKafkaErrorCode::ProducerFenced,
+            RDKafkaErrorCode::InvalidProducerEpoch,
+        ] {
+            let e = KafkaError::MessageProduction(code);
+            assert!(is_fenced(&e), "{code:?}");
+            let said = fenced("mirror-a-1-0", &e, "commit the transaction");
+            assert!(
+                said.contains("transactional id mirror-a-1-0") && said.contains("stopping"),
+                "{said}"
+            );
+        }
+        assert!(!is_fenced(&KafkaError::MessageProduction(
+            RDKafkaErrorCode::MessageTimedOut
+        )));
+    }
+}
