@@ -298,9 +298,26 @@ fn a_paused_instance_that_wakes_after_its_partitions_moved_commits_nothing() {
     // b copies a's partitions for a while before a wakes up.
     std::thread::sleep(Duration::from_millis(1500));
     zombie.signal("CONT");
-    let status = zombie.wait(Duration::from_secs(60));
+    // Awake, a either finds its producer fenced first (it stops, exit 1) or its assignment
+    // lost first (it aborts, and rejoins under a new transactional id); either way it commits
+    // nothing stale.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while zombie.is_running() && !zombie.log().contains("rejoins the group under a new") {
+        assert!(Instant::now() < deadline, "a log:\n{}", zombie.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rejoined = zombie.is_running();
+    let status = if rejoined {
+        zombie.stop()
+    } else {
+        zombie.wait(Duration::from_secs(10))
+    };
     let zombie_log = zombie.log();
-    assert_eq!(status.code(), Some(1), "a log:\n{zombie_log}");
+    assert_eq!(
+        status.code(),
+        Some(if rejoined { 0 } else { 1 }),
+        "a log:\n{zombie_log}"
+    );
     // On the classic protocol the mirror says at start what KIP-848 avoids.
     assert!(
         zombie_log.contains("exactly once on the classic group protocol"),
@@ -518,18 +535,14 @@ fn broker_restarts_on_either_side_copy_each_record_once() {
     pair.write(0..3000);
     let mut trickle = Some(pair.trickle(3000, 50));
     let mut written = 3000;
-    // librdkafka's defaults, not the tests' quick group settings, which this mode does not
-    // survive here (issue 15, seen, not fixed): an exactly-once stream does not serve the
-    // group while a transactional call waits for the target (up to transaction.timeout.ms a
-    // call), so a 10 s max.poll.interval.ms made it leave the group during the target's
-    // outage; and a source outage longer than session.timeout.ms (6 s) loses the assignment,
-    // which stops an exactly-once stream (exit 1) where an at-least-once one rejoins.
+    // The tests' quick session (6 s: the source's outage outlasts it, the assignment is lost,
+    // and the stream rejoins under a new transactional id) but librdkafka's default
+    // max.poll.interval.ms: an exactly-once stream does not serve the group while a
+    // transactional call waits for the target (up to transaction.timeout.ms a call), and with
+    // the tests' 10 s it left the group during the target's outage (issue 15: seen, not
+    // fixed; it then rejoins too).
     let mut mirror = pair.start(
-        &[
-            ("max.poll.interval.ms", "300000"),
-            ("session.timeout.ms", "45000"),
-            ("heartbeat.interval.ms", "3000"),
-        ],
+        &[("max.poll.interval.ms", "300000")],
         &[],
         &exactly_once("a"),
     );
@@ -578,10 +591,14 @@ fn broker_restarts_on_either_side_copy_each_record_once() {
     written += 1000;
     wait_caught_up(&mut mirror, &pair);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let rejoined = mirror
+        .log()
+        .matches("rejoins the group under a new")
+        .count();
     let totals = verified_exactly_once(&pair);
     eprintln!(
-        "TRIAL exactly-once broker restarts kafka 4.4.0: {}; {written} records, verify: \
-         {totals}, {:.0} s",
+        "TRIAL exactly-once broker restarts kafka 4.4.0: {}; {rejoined} rejoins after a lost \
+         assignment; {written} records, verify: {totals}, {:.0} s",
         outages.join("; "),
         started.elapsed().as_secs_f64()
     );

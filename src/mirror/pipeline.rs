@@ -11,7 +11,7 @@ use super::state::{Control, ShutdownGate, Stats};
 use super::store::MappingStore;
 use super::stream::{Stream, StreamError, StreamReport};
 use super::topics::TopicCreator;
-use super::transaction::TxStream;
+use super::transaction::{TransactionError, TxStream};
 use crate::settings::client::ClientProps;
 use crate::settings::flags::Partitioning;
 use crate::settings::{counted, Settings};
@@ -226,19 +226,33 @@ fn run_transactional(
     store_topic: &str,
     topics: Vec<String>,
 ) -> Result<StreamReport, MirrorError> {
-    let result = match TxStream::new(
-        stream,
-        settings,
-        store_topic,
-        control.clone(),
-        stats,
-        gate.clone(),
-        creator,
-    ) {
-        Ok(s) => s.run(topics),
-        Err(e) => {
-            gate.arrive();
-            Err(e)
+    // A stream whose assignment was lost starts again as a new incarnation (a new consumer
+    // and a new transactional id) unless the mirror is stopping.
+    let mut incarnation = 0;
+    let result = loop {
+        let result = match TxStream::new(
+            stream,
+            settings,
+            store_topic,
+            (control.clone(), stats.clone(), gate.clone()),
+            creator.clone(),
+            incarnation,
+        ) {
+            Ok(s) => s.run(topics.clone()),
+            Err(e) => {
+                gate.arrive();
+                Err(e)
+            }
+        };
+        match result {
+            Err(TransactionError::Lost { .. }) if !control.stop_requested() => {
+                incarnation += 1;
+            }
+            Err(TransactionError::Lost { .. }) => {
+                gate.arrive();
+                break Ok(StreamReport::default());
+            }
+            other => break other,
         }
     };
     result.map_err(|e| {

@@ -110,6 +110,11 @@ pub enum TransactionError {
     },
     #[error("stream {stream}: {message}")]
     Stream { stream: usize, message: String },
+    /// The group took the stream's partitions back without a revocation (its session timed
+    /// out): the stream has aborted its open transaction and left; it rejoins as a new
+    /// incarnation, under a new transactional id.
+    #[error("stream {stream}: the assignment was lost")]
+    Lost { stream: usize },
 }
 
 /// What went wrong with a transaction.
@@ -375,6 +380,9 @@ pub struct Core {
     state: Mutex<TxState>,
     /// Set once the stream has left the group: what the close still serves does nothing.
     closing: AtomicBool,
+    /// Set when the group took the assignment back without a revocation: the stream ends
+    /// and rejoins as a new incarnation.
+    lost: AtomicBool,
     listener: Option<Mutex<Listener>>,
     creator: Option<Arc<TopicCreator>>,
     topic_retry_limit: Duration,
@@ -978,22 +986,24 @@ impl Core {
             if consumer.assignment_lost() {
                 // The group gave the partitions away without this member (its session timed
                 // out: paused, cut off, or too slow): their next owner fences this stream's
-                // transactional id, so this producer may be unusable already, and a stream
-                // that went on would fence that owner in turn when it gets partitions again.
-                // Stop instead; a restart rejoins with a fresh producer.
+                // transactional id, so this producer may be unusable already. Nothing more is
+                // written with it: the stream aborts, leaves, and rejoins as a new
+                // incarnation with a transactional id of its own, which reads the store and
+                // fences whoever it names, this id included, like any new owner.
                 if self.state().open.is_some() {
                     let _ = self.producer.abort_transaction(self.timeout);
                 }
                 self.state().broken = true;
-                self.shared.control.fail(format!(
-                    "stream {stream}: the group took back {} from this stream (assignment lost: \
-                     its session timed out, e.g. the process was paused or cut off from the \
-                     source cluster); stopping (--exactly.once true): its open transaction is \
-                     aborted, their next owner fences transactional id {} and copies on from \
-                     the offset mapping; restart this instance to rejoin",
+                self.lost.store(true, Ordering::SeqCst);
+                tracing::warn!(
+                    stream,
+                    "the group took back {} from this stream (assignment lost: its session \
+                     timed out, e.g. the process was paused or cut off from the source \
+                     cluster); the open transaction of transactional id {} is aborted, and the \
+                     stream rejoins the group under a new transactional id",
                     counted(partitions.len(), "partition"),
                     self.txid
-                ));
+                );
             } else if self.commit_or_abort(consumer, partitions) {
                 tracing::info!(
                     stream,
@@ -1357,10 +1367,9 @@ impl<'s> TxStream<'s> {
         stream: usize,
         settings: &'s Settings,
         store_topic: &str,
-        control: Arc<Control>,
-        stats: Arc<Stats>,
-        gate: Arc<ShutdownGate>,
+        (control, stats, gate): (Arc<Control>, Arc<Stats>, Arc<ShutdownGate>),
         creator: Option<Arc<TopicCreator>>,
+        incarnation: u32,
     ) -> Result<TxStream<'s>, TransactionError> {
         let exactly_once =
             settings
@@ -1370,7 +1379,7 @@ impl<'s> TxStream<'s> {
                     stream,
                     message: "a transactional stream without --exactly.once true".to_owned(),
                 })?;
-        let txid = exactly_once.transactional_id(stream);
+        let txid = exactly_once.transactional_id(stream, incarnation);
         let shared = StreamShared::new(stream, control, stats, true, None);
         let create = |client, source| TransactionError::Create {
             stream,
@@ -1435,6 +1444,7 @@ impl<'s> TxStream<'s> {
             timeout,
             state: Mutex::default(),
             closing: false.into(),
+            lost: false.into(),
             listener,
             creator,
             topic_retry_limit: max_poll / 3,
@@ -1484,6 +1494,9 @@ impl<'s> TxStream<'s> {
         let mut next_group_commit = Instant::now() + self.settings.commit_interval;
         let mut next_refresh = Instant::now() + self.settings.topic_refresh_interval;
         while !self.shared().control.stop_requested() {
+            if self.core.lost.load(Ordering::SeqCst) {
+                return Err(self.leave_lost());
+            }
             self.core.producer.poll(Duration::ZERO);
             let failure = self.core.book().failure.take();
             match failure {
@@ -1522,6 +1535,11 @@ impl<'s> TxStream<'s> {
                     &reason,
                 ),
             }
+            // The poll may have served the revocation of a lost assignment: nothing more is
+            // committed with this producer.
+            if self.core.lost.load(Ordering::SeqCst) {
+                return Err(self.leave_lost());
+            }
             let now = Instant::now();
             self.shared().turned(now);
             if now >= next_group_commit {
@@ -1540,6 +1558,9 @@ impl<'s> TxStream<'s> {
                 self.refresh_topics();
                 next_refresh = Instant::now() + self.settings.topic_refresh_interval;
             }
+        }
+        if self.core.lost.load(Ordering::SeqCst) {
+            return Err(self.leave_lost());
         }
         self.shutdown()
     }
@@ -1712,6 +1733,16 @@ impl<'s> TxStream<'s> {
 
     /// Commits the open transaction (or aborts it after a failure), commits the source
     /// group for monitoring, and leaves the group, releasing the partitions cleanly.
+    /// After a lost assignment: nothing is committed or released (the partitions are no
+    /// longer this stream's), the consumer leaves, and the caller starts a new incarnation.
+    fn leave_lost(self) -> TransactionError {
+        let stream = self.stream;
+        self.core.closing.store(true, Ordering::SeqCst);
+        drop(self.source);
+        tracing::info!(stream, "left the group after losing the assignment");
+        TransactionError::Lost { stream }
+    }
+
     fn shutdown(self) -> Result<StreamReport, TransactionError> {
         let started = Instant::now();
         let stream = self.stream;

@@ -32,15 +32,20 @@ pub struct ExactlyOnce {
 
 impl ExactlyOnce {
     /// The transactional id of stream `stream` of this run: `<group.id>-<instance
-    /// id>-<run>-<stream>`. Unique per run, so that a new run is never fenced by the owner
-    /// that takes over the partitions of a previous one (which may have the same instance
-    /// id): the offset-mapping topic names the id that last committed each partition, and
-    /// the next owner fences exactly that one.
-    pub fn transactional_id(&self, stream: usize) -> String {
-        format!(
+    /// id>-<run>-<stream>`, and `.<incarnation>` after it once the stream has rejoined the
+    /// group after losing its assignment. Unique per run and incarnation, so that a stream is
+    /// never fenced by the owner that takes over the partitions of an earlier one (which may
+    /// have the same instance id): the offset-mapping topic names the id that last committed
+    /// each partition, and the next owner fences exactly that one.
+    pub fn transactional_id(&self, stream: usize, incarnation: u32) -> String {
+        let id = format!(
             "{}-{}-{}-{stream}",
             self.group_id, self.instance_id, self.run
-        )
+        );
+        match incarnation {
+            0 => id,
+            n => format!("{id}.{n}"),
+        }
     }
 }
 
@@ -233,8 +238,13 @@ mod tests {
     fn the_ids_are_group_instance_run_and_stream() {
         let eo = check(&[], &[]).unwrap().unwrap();
         assert_eq!(
-            eo.transactional_id(3),
+            eo.transactional_id(3, 0),
             format!("mirror-host-a-{}-3", eo.run)
+        );
+        // After a lost assignment the stream rejoins under an id of its own.
+        assert_eq!(
+            eo.transactional_id(3, 2),
+            format!("mirror-host-a-{}-3.2", eo.run)
         );
         assert!(eo.run.len() > 8 && eo.run.chars().all(|c| c.is_ascii_hexdigit()));
         assert_eq!(eo.transaction_interval, Duration::from_millis(100));
@@ -244,7 +254,10 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        assert_eq!(eo.transactional_id(0), format!("mirror-dc1-b-{}-0", eo.run));
+        assert_eq!(
+            eo.transactional_id(0, 0),
+            format!("mirror-dc1-b-{}-0", eo.run)
+        );
         assert_eq!(eo.transaction_interval, Duration::from_millis(250));
     }
 
