@@ -11,7 +11,7 @@ use super::state::{Control, ShutdownGate, Stats};
 use super::store::MappingStore;
 use super::stream::{Stream, StreamError, StreamReport};
 use super::topics::TopicCreator;
-use super::transaction::{TransactionError, TxStream};
+use super::transaction::{transaction_timeout, TransactionError, TxStream};
 use crate::settings::client::ClientProps;
 use crate::settings::flags::Partitioning;
 use crate::settings::{counted, Settings};
@@ -227,21 +227,41 @@ fn run_transactional(
     topics: Vec<String>,
 ) -> Result<StreamReport, MirrorError> {
     // A stream whose assignment was lost starts again as a new incarnation (a new consumer
-    // and a new transactional id) unless the mirror is stopping.
+    // and a new transactional id) unless the mirror is stopping. A new incarnation that
+    // cannot initialise its transactional id (the target still down, its coordinator still
+    // loading) tries again every 2 s for up to twice the transaction timeout.
     let mut incarnation = 0;
+    let mut retrying_since: Option<std::time::Instant> = None;
     let result = loop {
-        let result = match TxStream::new(
+        let created = TxStream::new(
             stream,
             settings,
             store_topic,
             (control.clone(), stats.clone(), gate.clone()),
             creator.clone(),
             incarnation,
-        ) {
-            Ok(s) => s.run(topics.clone()),
+        );
+        let result = match created {
+            Ok(s) => {
+                retrying_since = None;
+                s.run(topics.clone())
+            }
+            Err(e @ TransactionError::Init { .. })
+                if incarnation > 0
+                    && !control.stop_requested()
+                    && retrying_since
+                        .get_or_insert_with(std::time::Instant::now)
+                        .elapsed()
+                        < 2 * transaction_timeout(settings) =>
+            {
+                tracing::warn!(stream, "{e}; trying again in 2 s");
+                std::thread::sleep(std::time::Duration::from_secs(2));
+                incarnation += 1;
+                continue;
+            }
             Err(e) => {
                 gate.arrive();
-                Err(e)
+                break Err(e);
             }
         };
         match result {

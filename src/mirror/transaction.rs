@@ -22,8 +22,9 @@
 //! one to fence. A partition whose progress names another id was not released cleanly (its
 //! owner crashed, or was cut off from the group and may be a zombie): that owner is fenced,
 //! and if it is still running, its next transactional call fails and it stops (exit 1)
-//! without having committed anything after the fence. A stream whose assignment is lost stops
-//! too (it may be fenced already). Transactional ids are unique per run
+//! without having committed anything after the fence. A stream whose assignment is lost
+//! writes nothing more with its producer (it may be fenced already), leaves, and rejoins as a
+//! new incarnation with a new transactional id. Transactional ids are unique per run
 //! ([`ExactlyOnce::transactional_id`]), so a restarted instance is never fenced by whoever
 //! fences its predecessor.
 //!
@@ -111,8 +112,8 @@ pub enum TransactionError {
     #[error("stream {stream}: {message}")]
     Stream { stream: usize, message: String },
     /// The group took the stream's partitions back without a revocation (its session timed
-    /// out): the stream has aborted its open transaction and left; it rejoins as a new
-    /// incarnation, under a new transactional id.
+    /// out): the stream has tried to abort its open transaction (its producer may be fenced
+    /// already) and left; it rejoins as a new incarnation, under a new transactional id.
     #[error("stream {stream}: the assignment was lost")]
     Lost { stream: usize },
 }
@@ -168,6 +169,9 @@ pub struct TxDelivery {
     shared: Arc<StreamShared>,
     txid: String,
     book: Mutex<Book>,
+    /// Set when the stream lost its assignment: this producer is done with, and its errors
+    /// (fenced, most often) no longer stop the mirror.
+    retired: AtomicBool,
 }
 
 impl TxDelivery {
@@ -193,9 +197,10 @@ fn fenced(txid: &str, e: &KafkaError, what: &str) -> String {
     format!(
         "the target fenced transactional id {txid} ({e}) when trying to {what}: another \
          instance took over this stream's partitions (this one was paused or cut off from the \
-         group past session.timeout.ms); stopping. Nothing of the open transaction is visible \
-         to read_committed readers, and the partitions' new owner copies on from the \
-         offset-mapping topic"
+         group past session.timeout.ms, or, on the classic group protocol, the group gave them \
+         away without revoking them: see the README, Exactly once); stopping. Nothing of the \
+         open transaction is visible to read_committed readers, and the partitions' new owner \
+         copies on from the offset-mapping topic"
     )
 }
 
@@ -205,6 +210,14 @@ impl ClientContext for TxDelivery {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        if self.retired.load(Ordering::SeqCst) {
+            tracing::info!(
+                stream = self.shared.stream,
+                "transactional id {} (retired after the assignment was lost): {error}: {reason}",
+                self.txid
+            );
+            return;
+        }
         self.shared.target_error(&error, reason);
     }
 
@@ -990,6 +1003,10 @@ impl Core {
                 // written with it: the stream aborts, leaves, and rejoins as a new
                 // incarnation with a transactional id of its own, which reads the store and
                 // fences whoever it names, this id included, like any new owner.
+                self.producer
+                    .context()
+                    .retired
+                    .store(true, Ordering::SeqCst);
                 if self.state().open.is_some() {
                     let _ = self.producer.abort_transaction(self.timeout);
                 }
@@ -1398,6 +1415,7 @@ impl<'s> TxStream<'s> {
                     recorder: Recorder::transactional(),
                     ..Book::default()
                 }),
+                retired: false.into(),
             })
             .map_err(|e| create("transactional target producer", e))?;
         let timeout = transaction_timeout(settings);
@@ -1483,7 +1501,8 @@ impl<'s> TxStream<'s> {
     }
 
     /// Runs until a stop is requested or a fatal error occurs, then commits (or aborts) and
-    /// leaves the group.
+    /// leaves the group; or, once the assignment is lost, leaves without committing and returns
+    /// [`TransactionError::Lost`].
     pub fn run(mut self, initial_topics: Vec<String>) -> Result<StreamReport, TransactionError> {
         if let Err(e) = self.subscribe(initial_topics) {
             self.gate.arrive();
@@ -1731,10 +1750,9 @@ impl<'s> TxStream<'s> {
         }
     }
 
-    /// Commits the open transaction (or aborts it after a failure), commits the source
-    /// group for monitoring, and leaves the group, releasing the partitions cleanly.
     /// After a lost assignment: nothing is committed or released (the partitions are no
     /// longer this stream's), the consumer leaves, and the caller starts a new incarnation.
+    /// The retired producer's errors (fenced, most often) are only logged as it goes.
     fn leave_lost(self) -> TransactionError {
         let stream = self.stream;
         self.core.closing.store(true, Ordering::SeqCst);
@@ -1743,6 +1761,8 @@ impl<'s> TxStream<'s> {
         TransactionError::Lost { stream }
     }
 
+    /// Commits the open transaction (or aborts it after a failure), commits the source
+    /// group for monitoring, and leaves the group, releasing the partitions cleanly.
     fn shutdown(self) -> Result<StreamReport, TransactionError> {
         let started = Instant::now();
         let stream = self.stream;
@@ -1805,7 +1825,7 @@ fn max_poll_interval(settings: &Settings) -> Duration {
 
 /// The producer's `transaction.timeout.ms` (librdkafka's default: 60 s): how long a
 /// transactional call may take.
-fn transaction_timeout(settings: &Settings) -> Duration {
+pub(super) fn transaction_timeout(settings: &Settings) -> Duration {
     Duration::from_millis(
         settings
             .producer
