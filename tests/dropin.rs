@@ -104,15 +104,24 @@ fn java_mirror_maker_properties_files_and_whitelist_work_unchanged() {
     wait_committed(&mut mirror, &clusters.src(), TOPIC, 4, 600);
     wait_committed(&mut mirror, &clusters.src(), "payments", 4, 400);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
-    let orders = clusters.compare();
-    assert!(orders.source == 600 && orders.is_exact(), "{orders:?}");
-    let payments = compare_topic(&clusters.src(), &clusters.dst(), "payments", 4).unwrap();
-    assert!(
-        payments.source == 400 && payments.is_exact(),
-        "{payments:?}"
-    );
-    // Each Java-only key is named once, at warn, with its file.
     let log = mirror.log();
+    // Exact, unless the group refused a commit before a release: librdkafka's mock cluster
+    // refuses commits while a join is under way (Kafka accepts them from the current
+    // generation), and the mirror then says that the next owner copies those partitions again
+    // (at least once: duplicates, never a loss). Seen once in a CI run, two streams joining.
+    let refused = log.contains("commit before releasing");
+    for (topic, records) in [(TOPIC, 600), ("payments", 400)] {
+        let c = compare_topic(&clusters.src(), &clusters.dst(), topic, 4).unwrap();
+        assert!(
+            c.source == records
+                && c.lost == 0
+                && c.changed == 0
+                && c.in_order
+                && (c.duplicated == 0 || refused),
+            "{topic}: {c:?}, log:\n{log}"
+        );
+    }
+    // Each Java-only key is named once, at warn, with its file.
     for (key, file) in [
         ("offsets.storage", "consumer.properties"),
         ("zookeeper.connect", "consumer.properties"),
