@@ -54,19 +54,6 @@ fn verified_exactly_once(pair: &KafkaPair) -> serde_json::Value {
     json["totals"].clone()
 }
 
-/// Waits until the mirror's group has committed the source's end offsets.
-fn wait_caught_up(mirror: &mut Mirror, pair: &KafkaPair) -> Vec<i64> {
-    let end = pair.end_offsets();
-    wait_committed(
-        mirror,
-        &pair.src(),
-        pair.topic,
-        pair.partitions,
-        end.iter().sum(),
-    );
-    end
-}
-
 /// What a stream logs when it starts copying partitions it was assigned.
 const STARTED: &str = "starting from the offset mapping";
 
@@ -135,7 +122,7 @@ fn hard_kills(version: KafkaVersion) {
     }
     let written = trickle.stop();
     let mut last = pair.start(QUICK_SESSION, &[], &args);
-    wait_caught_up(&mut last, &pair);
+    pair.wait_caught_up(&mut last);
     assert_eq!(last.stop().code(), Some(0), "log:\n{}", last.log());
     let totals = verified_exactly_once(&pair);
     eprintln!(
@@ -231,7 +218,7 @@ fn rebalance_storm(pair: &KafkaPair, consumer: &[(&str, &str)], protocol: &str) 
         );
     }
     let written = trickle.stop();
-    wait_caught_up(&mut mirrors[0], pair);
+    pair.wait_caught_up(&mut mirrors[0]);
     for (i, m) in mirrors.iter_mut().enumerate() {
         assert_eq!(m.stop().code(), Some(0), "mirror {i} log:\n{}", m.log());
     }
@@ -328,7 +315,7 @@ fn a_paused_instance_that_wakes_after_its_partitions_moved_commits_nothing() {
         "a log:\n{zombie_log}"
     );
     let written = trickle.stop();
-    wait_caught_up(&mut next_owner, &pair);
+    pair.wait_caught_up(&mut next_owner);
     assert_eq!(
         next_owner.stop().code(),
         Some(0),
@@ -410,7 +397,7 @@ fn a_transactional_source_is_copied_once_without_its_aborted_records() {
     let mut mirror = pair.start(&[], &[], &exactly_once("a"));
     wait_for_log(&mut mirror, STARTED, "the mirror to start copying");
     write(15..30);
-    let end = wait_caught_up(&mut mirror, &pair);
+    let end = pair.wait_caught_up(&mut mirror);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     // The monitoring commits passed the commit markers and the aborted tail.
     assert_eq!(pair.committed(), end);
@@ -589,7 +576,7 @@ fn broker_restarts_on_either_side_copy_each_record_once() {
     }
     pair.write(written..written + 1000);
     written += 1000;
-    wait_caught_up(&mut mirror, &pair);
+    pair.wait_caught_up(&mut mirror);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     let rejoined = mirror
         .log()

@@ -77,19 +77,6 @@ fn sample_record(i: u64, partitions: i32) -> (i32, Record) {
     )
 }
 
-/// Waits until the mirror's committed offsets equal the source's end offsets (lag 0).
-fn wait_caught_up(mirror: &mut Mirror, pair: &KafkaPair) -> Vec<i64> {
-    let end = pair.end_offsets();
-    wait_committed(
-        mirror,
-        &pair.src(),
-        pair.topic,
-        pair.partitions,
-        end.iter().sum(),
-    );
-    end
-}
-
 // ---------------------------------------------------------------------------------------------
 // The harness itself.
 
@@ -245,7 +232,7 @@ fn fidelity(version: KafkaVersion) {
         &[("compression.type", "zstd")],
         &["--offset.commit.interval.ms", "300"],
     );
-    let end = wait_caught_up(&mut mirror, &pair);
+    let end = pair.wait_caught_up(&mut mirror);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     // The source holds every odd record (a broker may refuse a timestamp it finds too far
     // off: delivery reports are not read above).
@@ -446,7 +433,7 @@ fn a_record_at_the_target_topics_max_message_bytes_is_mirrored() {
         ],
         &["--offset.commit.interval.ms", "300"],
     );
-    wait_caught_up(&mut mirror, &pair);
+    pair.wait_caught_up(&mut mirror);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     let configs = topic_configs(&pair.dst(), TOPIC);
     assert!(configs.contains(&("max.message.bytes".into(), "1000000".into())));
@@ -552,7 +539,7 @@ fn hard_kills_during_a_steady_load_lose_nothing() {
     }
     let written = trickle.stop();
     let mut last = pair.start(&consumer, &[], &args);
-    let end = wait_caught_up(&mut last, &pair);
+    let end = pair.wait_caught_up(&mut last);
     assert_eq!(last.stop().code(), Some(0), "log:\n{}", last.log());
     assert_eq!(end.iter().sum::<i64>() as u64, written);
     let c = compare_each(&pair);
@@ -959,11 +946,11 @@ fn compacted_source(freeze: bool) {
     }
     let args = ["--offset.commit.interval.ms", "300"];
     let mut mirror = pair.start(&[], &[], &args);
-    wait_caught_up(&mut mirror, &pair);
+    pair.wait_caught_up(&mut mirror);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     write_keyed(&pair.src(), 11..16, KEYS, PARTITIONS);
     let mut mirror = pair.start(&[], &[], &args);
-    let end = wait_caught_up(&mut mirror, &pair);
+    let end = pair.wait_caught_up(&mut mirror);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     let (code, json, stderr) = verify(&pair);
     let totals = &json["totals"];
@@ -1047,7 +1034,7 @@ fn a_target_broker_killed_and_restarted_mid_stream_loses_nothing() {
     pair.target.restart(2);
     std::thread::sleep(Duration::from_secs(2));
     let written = trickle.stop();
-    let end = wait_caught_up(&mut mirror, &pair);
+    let end = pair.wait_caught_up(&mut mirror);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     assert_eq!(end.iter().sum::<i64>() as u64, written);
     let c = compare_each(&pair);
@@ -1089,7 +1076,7 @@ fn a_source_broker_killed_and_restarted_mid_copy_loses_nothing() {
     );
     pair.source.restart(1);
     let restarted = Instant::now();
-    let end = wait_caught_up(&mut mirror, &pair);
+    let end = pair.wait_caught_up(&mut mirror);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     assert_eq!(end.iter().sum::<i64>() as u64, RECORDS);
     let c = compare_each(&pair);
@@ -1219,7 +1206,7 @@ fn two_target_brokers_down_hold_the_mirror_back_and_it_drains_when_they_return()
     pair.target.restart(2);
     pair.target.restart(3);
     let written = trickle.stop();
-    let end = wait_caught_up(&mut mirror, &pair);
+    let end = pair.wait_caught_up(&mut mirror);
     let drained = back.elapsed();
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     assert_eq!(end.iter().sum::<i64>() as u64, written);
@@ -1278,7 +1265,7 @@ fn partition_growth(abort: bool) {
     pair.source.wait_for_leaders(TOPIC, 4);
     pair.partitions = 4;
     write_samples(&pair.src(), TOPIC, 2000..4000, 4, 100).unwrap();
-    let end = wait_caught_up(&mut mirror, &pair);
+    let end = pair.wait_caught_up(&mut mirror);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     let c = compare_each(&pair);
     eprintln!(

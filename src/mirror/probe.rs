@@ -209,6 +209,28 @@ pub fn matching_topics<X: ConsumerContext>(
         .collect())
 }
 
+/// How long a metadata request for the topic list may take.
+pub const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// For a stream's periodic refresh: the source's topics that `topics` selects now, or `None`
+/// (logged) when the source cannot be listed, the current subscription then being kept.
+pub fn topics_to_follow<X: ConsumerContext>(
+    consumer: &BaseConsumer<X>,
+    topics: &TopicFilter,
+    stream: usize,
+) -> Option<Vec<String>> {
+    match matching_topics(consumer, topics, METADATA_TIMEOUT) {
+        Ok(topics) => Some(topics),
+        Err(e) => {
+            tracing::warn!(
+                stream,
+                "cannot list the source's topics: {e}; keeping the current subscription"
+            );
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

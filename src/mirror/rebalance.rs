@@ -300,17 +300,8 @@ impl RebalanceContext {
         );
     }
 
-    /// Calls the user's listener, if any; its error is fatal for the mirror.
     fn call_listener(&self, what: &str, call: impl FnOnce(&mut Listener) -> Result<(), String>) {
-        let Some(listener) = &self.listener else {
-            return;
-        };
-        let mut listener = listener.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = call(&mut listener) {
-            self.shared
-                .control
-                .fail(format!("the rebalance listener failed in {what}: {e}"));
-        }
+        call_listener(&self.listener, &self.shared, what, call);
     }
 }
 
@@ -502,5 +493,24 @@ pub fn seek_failures<C: ConsumerContext>(
             .map(|e| format!("{}/{}", e.topic(), e.partition()))
             .collect(),
         Err(e) => vec![e.to_string()],
+    }
+}
+
+/// Calls the user's rebalance listener, if any; its error is fatal for the mirror. Both
+/// stream kinds (at least once and exactly once) call it from their rebalance callbacks.
+pub(super) fn call_listener(
+    listener: &Option<Mutex<Listener>>,
+    shared: &StreamShared,
+    what: &str,
+    call: impl FnOnce(&mut Listener) -> Result<(), String>,
+) {
+    let Some(listener) = listener else {
+        return;
+    };
+    let mut listener = listener.lock().unwrap_or_else(|e| e.into_inner());
+    if let Err(e) = call(&mut listener) {
+        shared
+            .control
+            .fail(format!("the rebalance listener failed in {what}: {e}"));
     }
 }

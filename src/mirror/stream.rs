@@ -18,7 +18,7 @@ use super::commit::{commit_async, commit_stored, final_commit, follow_positions}
 use super::delivery::{serve_deliveries, DeliveryContext, MirrorProducer};
 use super::ledger::StreamMapping;
 use super::offsets::Ticket;
-use super::probe::matching_topics;
+use super::probe::{topics_to_follow, METADATA_TIMEOUT};
 use super::rebalance::{MirrorConsumer, MirrorSource, RebalanceContext};
 use super::state::{Control, ShutdownGate, Stats, StreamShared};
 use super::store::MappingStore;
@@ -35,8 +35,6 @@ use crate::settings::{counted, Settings};
 
 /// How long one consumer poll may block when nothing arrives.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
-/// How long a metadata request for the topic list may take.
-const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StreamError {
@@ -250,20 +248,11 @@ impl<'s> Stream<'s> {
     }
 
     fn refresh_topics(&mut self) {
-        match matching_topics(
-            self.source.consumer(),
-            &self.settings.topics,
-            METADATA_TIMEOUT,
-        ) {
-            Ok(topics) => {
-                if let Err(e) = self.subscribe(topics) {
-                    tracing::warn!("{e}");
-                }
+        let now = topics_to_follow(self.source.consumer(), &self.settings.topics, self.stream);
+        if let Some(topics) = now {
+            if let Err(e) = self.subscribe(topics) {
+                tracing::warn!("{e}");
             }
-            Err(e) => tracing::warn!(
-                stream = self.stream,
-                "cannot list the source's topics: {e}; keeping the current subscription"
-            ),
         }
     }
 

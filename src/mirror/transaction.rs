@@ -53,8 +53,8 @@ use super::clients::{self, Cluster, ReaderContext};
 use super::commit::committed;
 use super::delivery::purged;
 use super::mapping::{OffsetMap, Progress, Recorder, StoreRecord};
-use super::probe::matching_topics;
-use super::rebalance::{make_target_topics, seek_failures, source_statistics};
+use super::probe::topics_to_follow;
+use super::rebalance::{call_listener, make_target_topics, seek_failures, source_statistics};
 use super::state::{Control, ShutdownGate, Stats, StreamShared};
 use super::stream::{route, same_partition, stamped, Route, StreamReport};
 use super::target::TargetNames;
@@ -73,8 +73,6 @@ type TxConsumer = BaseConsumer<TxContext>;
 
 /// How long one consumer poll may block when nothing arrives.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
-/// How long a metadata request for the topic list may take.
-const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stopping stream serves the revocation of its partitions after unsubscribing.
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a commit the target calls retriable is tried before the transaction is aborted.
@@ -1060,15 +1058,7 @@ impl Core {
     }
 
     fn call_listener(&self, what: &str, call: impl FnOnce(&mut Listener) -> Result<(), String>) {
-        let Some(listener) = &self.listener else {
-            return;
-        };
-        let mut listener = listener.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = call(&mut listener) {
-            self.shared
-                .control
-                .fail(format!("the rebalance listener failed in {what}: {e}"));
-        }
+        call_listener(&self.listener, &self.shared, what, call);
     }
 }
 
@@ -1617,20 +1607,11 @@ impl<'s> TxStream<'s> {
     }
 
     fn refresh_topics(&mut self) {
-        match matching_topics(
-            self.source.consumer(),
-            &self.settings.topics,
-            METADATA_TIMEOUT,
-        ) {
-            Ok(topics) => {
-                if let Err(e) = self.subscribe(topics) {
-                    tracing::warn!("{e}");
-                }
+        let now = topics_to_follow(self.source.consumer(), &self.settings.topics, self.stream);
+        if let Some(topics) = now {
+            if let Err(e) = self.subscribe(topics) {
+                tracing::warn!("{e}");
             }
-            Err(e) => tracing::warn!(
-                stream = self.stream,
-                "cannot list the source's topics: {e}; keeping the current subscription"
-            ),
         }
     }
 

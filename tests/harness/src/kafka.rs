@@ -18,7 +18,7 @@ use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 
-use super::{admin, block_on, Endpoints};
+use super::{admin, block_on, wait_committed, Endpoints, Mirror};
 
 /// A pinned Apache Kafka version (a pom `kafka/pom-VERSION.xml` exists for each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -779,6 +779,20 @@ impl KafkaPair {
     /// The source topic's end offsets (high watermarks), per partition.
     pub fn end_offsets(&self) -> Vec<i64> {
         end_offsets(&self.src(), self.topic, self.partitions)
+    }
+
+    /// Waits until the mirror's group has committed the source's end offsets (lag 0);
+    /// returns them.
+    pub fn wait_caught_up(&self, mirror: &mut Mirror) -> Vec<i64> {
+        let end = self.end_offsets();
+        wait_committed(
+            mirror,
+            &self.src(),
+            self.topic,
+            self.partitions,
+            end.iter().sum(),
+        );
+        end
     }
 }
 
