@@ -10,7 +10,8 @@
 //! 1. [`native`]: the FFI edge to librdkafka (every `unsafe` line but the plugin host's):
 //!    [`native::queue`] polls the source consumer's queue, [`native::record`] is a consumed
 //!    record borrowed from librdkafka, [`native::produce`] hands records to the producer,
-//!    [`native::admin`] asks a cluster what the principal may do with topics (for `check`).
+//!    [`native::admin`] asks a cluster what the principal may do with topics (for `check`),
+//!    [`native::failpoint`] stops the process where a trial asks (SIGSTOP).
 //! 2. [`plugin`]: the host of user plugins (message handler, rebalance listener), loaded at run
 //!    time; the other module allowed `unsafe`.
 //! 3. [`settings`]: [`settings::flags`] (the command line as typed), [`settings::client`]

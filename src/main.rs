@@ -11,6 +11,7 @@ use clap::Parser;
 
 use mirror_maker::mirror::pipeline;
 use mirror_maker::mirror::state::{Control, Stats};
+use mirror_maker::native::failpoint;
 use mirror_maker::ops::{health, logging, notify, progress};
 use mirror_maker::settings::flags::{
     Cli, Command, LogFormat, MirrorArgs, TranslateArgs, VerifyArgs,
@@ -166,6 +167,7 @@ fn run_translate(args: &TranslateArgs) -> Result<Outcome, Failure> {
 
 fn run_mirror(args: &MirrorArgs) -> Result<Outcome, Failure> {
     let mut settings = Settings::from_args(args).map_err(usage)?;
+    failpoint::check().map_err(usage)?;
     let metrics_addr = args
         .metrics_addr
         .as_deref()

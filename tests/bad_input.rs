@@ -592,3 +592,23 @@ fn translate_needs_a_group_and_the_offset_mapping() {
     no_mapping.extend_from_slice(&["--group", "app", "--offset.mapping", "false"]);
     assert_refused(&no_mapping, &["translate", "--offset.mapping false"]);
 }
+
+#[test]
+fn an_unknown_failpoint_is_named_with_the_known_ones() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let out = binary()
+        .args(mirror_args(&c, &p, &[]))
+        .env("MIRROR_MAKER_STOP_AT", "before-clam")
+        .output()
+        .expect("running mirror-maker");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr {stderr}");
+    for n in [
+        "MIRROR_MAKER_STOP_AT=before-clam",
+        "known: before-claim",
+        "unset it",
+    ] {
+        assert!(stderr.contains(n), "{n:?} not in {stderr:?}");
+    }
+}

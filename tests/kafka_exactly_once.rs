@@ -54,6 +54,9 @@ fn verified_exactly_once(pair: &KafkaPair) -> serde_json::Value {
     json["totals"].clone()
 }
 
+/// The offset-mapping topic on the target (`--offsets.topic` left at its default).
+const STORE: &str = "mirror-maker.offsets.source";
+
 /// What a stream logs when it starts copying partitions it was assigned.
 const STARTED: &str = "starting from the offset mapping";
 
@@ -335,6 +338,112 @@ fn a_paused_instance_that_wakes_after_its_partitions_moved_commits_nothing() {
     );
     assert_eq!(totals["source_records"], written);
     assert_eq!(totals["duplicated"], 0);
+}
+
+/// A paused instance again, held (by the mirror's failpoint) exactly between reading its new
+/// partitions' progress from the store and claiming them there: while it sleeps, its session
+/// ends and the next owner takes the partitions and copies them. Awake, it must not write its
+/// claim (the progress it read, now behind, under its own id): once the store is compacted,
+/// whoever reads it next would copy again from there and fence the wrong id. Here the next
+/// owner is SIGKILLed once the woken instance has rejoined, and the woken instance reads the
+/// partitions the next owner kept from the compacted store.
+#[test]
+fn an_instance_paused_between_reading_the_store_and_claiming_writes_no_stale_claim() {
+    paused_before_its_claim(
+        QUICK_CONSUMER_SESSION,
+        CONSUMER_PROTOCOL,
+        "group.protocol=consumer",
+    );
+}
+
+#[test]
+fn an_instance_paused_before_its_claim_on_the_classic_protocol_writes_no_stale_claim() {
+    paused_before_its_claim(&[], QUICK_SESSION, "classic");
+}
+
+fn paused_before_its_claim(brokers: &[(&str, &str)], consumer: &[(&str, &str)], protocol: &str) {
+    let _serial = one_at_a_time();
+    // The store is compacted at once (a segment per 100 ms, the cleaner every 100 ms): a
+    // partition's progress is its latest record there, as in any store compacted in time.
+    let mut brokers = brokers.to_vec();
+    brokers.push(("log.cleaner.backoff.ms", "100"));
+    let pair = KafkaPair::with(KAFKA_4, 1, &brokers, TOPIC, 6, &[]);
+    create_topic_with(
+        &pair.dst(),
+        STORE,
+        1,
+        &[
+            ("cleanup.policy", "compact"),
+            ("segment.ms", "100"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+        ],
+    );
+    pair.write(0..6000);
+    let started = Instant::now();
+    let mut sleeper = pair.start_with_env(
+        consumer,
+        &[],
+        &exactly_once("a"),
+        &[("MIRROR_MAKER_STOP_AT", "before-claim")],
+    );
+    wait_for_log(
+        &mut sleeper,
+        "failpoint before-claim",
+        "a to stop before its claim",
+    );
+    let mut next_owner = pair.start(consumer, &[], &exactly_once("b"));
+    pair.wait_caught_up(&mut next_owner);
+    sleeper.signal("CONT");
+    // Awake, a finds its assignment lost and rejoins; the group gives it some partitions
+    // (b releases them); then b goes without releasing the others, and a takes them over.
+    let after_rejoining = |mirror: &mut Mirror, starts: usize, what: &str, other: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let log = mirror.log();
+            let rejoined = log.split("rejoins the group under a new").nth(1);
+            if rejoined.is_some_and(|after| after.matches(STARTED).count() >= starts) {
+                break;
+            }
+            assert!(
+                mirror.is_running() && Instant::now() < deadline,
+                "{what} within 60 s; a log:\n{log}\nb log:\n{other}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    after_rejoining(
+        &mut sleeper,
+        1,
+        "a did not rejoin and start",
+        &next_owner.log(),
+    );
+    next_owner.signal("KILL");
+    next_owner.wait(Duration::from_secs(10));
+    let b_log = next_owner.log();
+    after_rejoining(
+        &mut sleeper,
+        2,
+        "a did not take b's partitions over",
+        &b_log,
+    );
+    pair.wait_caught_up(&mut sleeper);
+    // Time to copy anything the store would wrongly send it back to.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(sleeper.stop().code(), Some(0), "a log:\n{}", sleeper.log());
+    let a_log = sleeper.log();
+    let totals = verified_exactly_once(&pair);
+    eprintln!(
+        "TRIAL exactly-once paused before its claim kafka 4.4.0 ({protocol}): 6000 records, \
+         verify: {totals}, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(totals["duplicated"], 0, "a log:\n{a_log}\nb log:\n{b_log}");
+    assert_eq!(totals["source_records"], 6000);
+    // The store named b, who copied the partitions a took over, so a fenced b.
+    assert!(
+        a_log.contains("fenced transactional id mirror-test-b-"),
+        "a log:\n{a_log}\nb log:\n{b_log}"
+    );
 }
 
 /// A source written by a transactional producer, committed and aborted transactions

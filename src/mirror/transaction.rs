@@ -13,7 +13,9 @@
 //! progress (`read_committed`: first to the store's last stable offset, then, once every
 //! previous owner named there that is not this stream is fenced, to the high watermark as it
 //! was when the read began, so that no release committed before the assignment is missed),
-//! has committed a claim (the same `next`, its own id) and has moved them to their `next`.
+//! has committed each `next` to the source group (synchronously: refused, the stream has lost
+//! them meanwhile, see `Core::still_assigned`), has committed a claim (the same `next`, its
+//! own id) and has moved them to their `next`.
 //! Fencing a transactional id means initialising a producer with it: the target aborts the
 //! transaction it left open and refuses its producer for good. The read is not made in the
 //! rebalance callback: it may wait for a crashed owner's transaction on the store to end, and
@@ -59,6 +61,7 @@ use super::state::{Control, ShutdownGate, Stats, StreamShared};
 use super::stream::{route, same_partition, stamped, Route, StreamReport};
 use super::target::TargetNames;
 use super::topics::TopicCreator;
+use crate::native::failpoint;
 use crate::native::produce::{produce, Outgoing, RawHeaders};
 use crate::native::queue::{Polled, Source};
 use crate::native::record::Record;
@@ -885,6 +888,33 @@ impl Core {
         state.pending_since.get_or_insert_with(Instant::now);
     }
 
+    /// Makes sure this stream still owns `starts` before it claims them: a stream paused (or
+    /// cut off) since they were assigned may have lost them to an owner that read the store
+    /// before this claim lands. The claim would then be the store's latest progress of those
+    /// partitions, behind the new owner's, and it would name this stream instead of the new
+    /// owner: once the store is compacted, whoever reads it next would copy again from there
+    /// and leave the new owner unfenced. The source group's coordinator refuses a commit
+    /// from a member that is no longer in the group's current generation (classic) or epoch
+    /// (KIP-848), so each start is committed there first, synchronously (for monitoring it
+    /// is what the store says); refused, the partitions stay paused and unclaimed until the
+    /// rebalance that took them is served, or the commit goes through.
+    fn still_assigned(
+        &self,
+        consumer: &TxConsumer,
+        starts: &[(Partition, i64)],
+    ) -> Result<(), ReadError> {
+        let mut tpl = TopicPartitionList::with_capacity(starts.len());
+        for ((topic, partition), next) in starts {
+            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
+        }
+        consumer.commit(&tpl, CommitMode::Sync).map_err(|e| {
+            ReadError::NotYet(format!(
+                "the source group refused a commit of their start ({e}): the group may have \
+                 given them to another member"
+            ))
+        })
+    }
+
     /// Starts copying `starts` (each partition at its offset): claims them, in a transaction,
     /// before anything of them is copied, so that a later owner fences this stream if it
     /// does not release them cleanly.
@@ -945,13 +975,20 @@ impl Core {
             state.pending_tried = Some(Instant::now());
             (state.pending.clone(), state.pending_since)
         };
-        let starts = match self.starts(consumer, &partitions, READ_PATIENCE) {
+        let read = self
+            .starts(consumer, &partitions, READ_PATIENCE)
+            .and_then(|starts| {
+                failpoint::reached(failpoint::BEFORE_CLAIM);
+                self.still_assigned(consumer, &starts)?;
+                Ok(starts)
+            });
+        let starts = match read {
             Ok(s) => s,
             Err(ReadError::NotYet(why)) if since.is_none_or(|t| t.elapsed() < self.timeout * 2) => {
                 tracing::info!(
                     stream = self.stream,
-                    "the start of {} cannot be read yet ({why}); they stay paused, and the \
-                     stream tries again while it serves the group",
+                    "{} cannot be started yet ({why}); they stay paused, and the stream \
+                     tries again while it serves the group",
                     counted(partitions.len(), "assigned partition")
                 );
                 return;
@@ -963,6 +1000,7 @@ impl Core {
                 return;
             }
         };
+        failpoint::reached(failpoint::BEFORE_CLAIM);
         self.start(consumer, &starts);
         let mut tpl = TopicPartitionList::with_capacity(starts.len());
         for ((topic, partition), next) in &starts {

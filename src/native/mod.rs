@@ -7,9 +7,11 @@
 //! - [`record`]: a consumed record borrowed from librdkafka (no copy of ours) and its headers;
 //! - [`produce`]: `rd_kafka_producev` with a ready C topic name and headers copied natively;
 //! - [`admin`]: DescribeTopics with the principal's authorized operations (for `check`);
+//! - [`failpoint`]: a trial's named point where the process stops itself (SIGSTOP);
 //! - [`NativePtr`]: the one owner type of a native handle, released once by its [`NativeDrop`].
 
 pub mod admin;
+pub mod failpoint;
 pub mod produce;
 pub mod queue;
 pub mod record;

@@ -563,6 +563,23 @@ impl Endpoints {
         args: &[&str],
         rust_log: &str,
     ) -> Mirror {
+        self.start_with_env(
+            consumer_extra,
+            producer_extra,
+            args,
+            &[("RUST_LOG", rust_log)],
+        )
+    }
+
+    /// Like [`Endpoints::start`] with these environment variables set (`RUST_LOG` defaults to
+    /// `info`).
+    pub fn start_with_env(
+        &self,
+        consumer_extra: &[(&str, &str)],
+        producer_extra: &[(&str, &str)],
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Mirror {
         let dir = tempdir();
         let (c, p) = mirror_configs(
             dir.path(),
@@ -571,7 +588,7 @@ impl Endpoints {
             consumer_extra,
             producer_extra,
         );
-        let mut mirror = Mirror::start_logged(&c, &p, self.topic, args, rust_log);
+        let mut mirror = Mirror::start_with_env(&c, &p, self.topic, args, env);
         mirror._configs = Some(dir);
         mirror
     }
