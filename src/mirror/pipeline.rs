@@ -13,6 +13,7 @@ use super::stream::{Stream, StreamError, StreamReport};
 use super::topics::TopicCreator;
 use super::transaction::{transaction_timeout, TransactionError, TxStream};
 use crate::settings::client::ClientProps;
+use crate::settings::exactly_once;
 use crate::settings::flags::Partitioning;
 use crate::settings::{counted, Settings};
 
@@ -55,16 +56,10 @@ pub fn run(
         counted(settings.num_streams, "stream"),
         topics.len()
     );
-    if settings.exactly_once.is_some()
-        && settings.consumer.get("group.protocol").map(str::trim) != Some("consumer")
-    {
-        tracing::warn!(
-            "exactly once on the classic group protocol: in our rebalance-storm trials \
-             librdkafka's cooperative-sticky assignor sometimes gave a live instance's \
-             partitions to another without revoking them first; that instance is then fenced \
-             and stops with exit 1 (nothing is lost or duplicated). On Kafka 4.0 or later set \
-             group.protocol = \"consumer\" in the consumer config (KIP-848: the broker assigns)"
-        );
+    if settings.exactly_once.is_some() {
+        for warning in exactly_once::warnings(&settings.consumer, &settings.producer) {
+            tracing::warn!("{warning}");
+        }
     }
     let creator = topic_creator(settings)?;
     let store = match &settings.offset_mapping {

@@ -173,6 +173,40 @@ pub fn producer_props(producer: &mut ClientProps) {
 
 /// librdkafka's default `transaction.timeout.ms`.
 const DEFAULT_TRANSACTION_TIMEOUT_MS: &str = "60000";
+/// librdkafka's default `max.poll.interval.ms`.
+const DEFAULT_MAX_POLL_INTERVAL_MS: u64 = 300_000;
+
+/// What this mode warns of at start, given the client configs: combinations that keep every
+/// record once but cost a stopped instance or a rebalance.
+pub fn warnings(consumer: &ClientProps, producer: &ClientProps) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if !consumer.uses_kip_848_protocol() {
+        warnings.push(
+            "exactly once on the classic group protocol: in our rebalance-storm trials \
+             librdkafka's cooperative-sticky assignor sometimes gave a live instance's \
+             partitions to another without revoking them first; that instance is then fenced \
+             and stops with exit 1 (nothing is lost or duplicated). On Kafka 4.0 or later set \
+             group.protocol = \"consumer\" in the consumer config (KIP-848: the broker assigns)"
+                .to_owned(),
+        );
+    }
+    let ms = |props: &ClientProps, key: &str| props.get(key).and_then(|v| v.trim().parse().ok());
+    let max_poll = ms(consumer, "max.poll.interval.ms").unwrap_or(DEFAULT_MAX_POLL_INTERVAL_MS);
+    let transaction = ms(producer, "transaction.timeout.ms")
+        .unwrap_or_else(|| DEFAULT_TRANSACTION_TIMEOUT_MS.parse().expect("a number"));
+    if max_poll < 3 * transaction {
+        warnings.push(format!(
+            "max.poll.interval.ms ({max_poll} ms, {}) is below three times \
+             transaction.timeout.ms ({transaction} ms, {}): while the target cannot be \
+             reached, a stream's flush, commit and abort may each wait that long without \
+             serving the source group, which then takes its partitions away (they move, the \
+             stream rejoins; nothing is lost or duplicated). Raise the first or lower the second",
+            consumer.path.display(),
+            producer.path.display(),
+        ));
+    }
+    warnings
+}
 
 #[cfg(test)]
 mod tests {
@@ -325,6 +359,49 @@ mod tests {
         );
         producer_props(&mut p);
         assert_eq!(p.get("message.timeout.ms"), Some("20000"));
+    }
+
+    #[test]
+    fn the_classic_protocol_and_a_short_poll_interval_are_warned_of() {
+        let consumer = |pairs: &[(&'static str, &'static str)]| {
+            let mut all = vec![("bootstrap.servers", "x:1"), ("group.id", "mirror")];
+            all.extend_from_slice(pairs);
+            ClientProps::from_pairs(Role::Consumer, "c.toml", all)
+        };
+        let producer = |pairs: &[(&'static str, &'static str)]| {
+            let mut all = vec![("bootstrap.servers", "y:1")];
+            all.extend_from_slice(pairs);
+            ClientProps::from_pairs(Role::Producer, "p.toml", all)
+        };
+        let kip_848 = consumer(&[("group.protocol", "consumer")]);
+        // librdkafka's defaults: 300 s against 3 x 60 s.
+        assert!(warnings(&kip_848, &producer(&[])).is_empty());
+        let classic = warnings(&consumer(&[]), &producer(&[]));
+        assert_eq!(classic.len(), 1);
+        assert!(classic[0].contains("group.protocol = \"consumer\""));
+        let short = warnings(
+            &consumer(&[
+                ("group.protocol", "consumer"),
+                ("max.poll.interval.ms", "10000"),
+            ]),
+            &producer(&[]),
+        );
+        assert_eq!(short.len(), 1);
+        for needle in [
+            "max.poll.interval.ms (10000 ms, c.toml)",
+            "(60000 ms, p.toml)",
+        ] {
+            assert!(short[0].contains(needle), "{needle:?} in {}", short[0]);
+        }
+        let shorter_transactions = producer(&[("transaction.timeout.ms", "3000")]);
+        assert!(warnings(
+            &consumer(&[
+                ("group.protocol", "consumer"),
+                ("max.poll.interval.ms", "10000")
+            ]),
+            &shorter_transactions
+        )
+        .is_empty());
     }
 
     #[test]

@@ -33,7 +33,8 @@ use mirror_maker::settings::client::{ClientProps, Role};
 use mirror_maker::settings::routing::TopicFilter;
 use mirror_maker::settings::{Settings, SettingsOptions};
 use mirror_maker::tools::compare::OwnedRecord;
-use mirror_test_harness::kafka::{spawn_tied_to_this_process, KafkaCluster, KAFKA_3};
+pub use mirror_test_harness::kafka::MM2_HEAP;
+use mirror_test_harness::kafka::{spawn_tied_to_this_process, KafkaCluster, KAFKA_3, TOOL_JVM};
 
 /// The backlog's topic, on both clusters.
 pub const TOPIC: &str = "bench";
@@ -52,22 +53,8 @@ const BROKER_JVM: &[&str] = &[
     "-Djava.awt.headless=true",
 ];
 
-/// `kafka-run-class.sh`'s JVM performance options (`KAFKA_JVM_PERFORMANCE_OPTS` unset), which
-/// both MirrorMaker scripts use.
-const TOOL_JVM: &[&str] = &[
-    "-server",
-    "-XX:+UseG1GC",
-    "-XX:MaxGCPauseMillis=20",
-    "-XX:InitiatingHeapOccupancyPercent=35",
-    "-XX:+ExplicitGCInvokesConcurrent",
-    "-XX:MaxInlineLevel=15",
-    "-Djava.awt.headless=true",
-];
-
 /// `kafka-mirror-maker.sh` sets no heap: `kafka-run-class.sh`'s default applies.
 pub const MM1_HEAP: &[&str] = &["-Xmx256M"];
-/// `connect-mirror-maker.sh`'s heap.
-pub const MM2_HEAP: &[&str] = &["-Xms256M", "-Xmx2G"];
 
 /// MirrorMaker 1's producer tuning as its users apply it: bigger batches, some linger, five
 /// requests in flight (ordered by idempotence).

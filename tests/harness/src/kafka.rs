@@ -1047,6 +1047,21 @@ impl KafkaSecurity<'_> {
     }
 }
 
+/// `kafka-run-class.sh`'s JVM performance options (`KAFKA_JVM_PERFORMANCE_OPTS` unset), which
+/// both MirrorMaker scripts use.
+pub const TOOL_JVM: &[&str] = &[
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:MaxInlineLevel=15",
+    "-Djava.awt.headless=true",
+];
+
+/// `connect-mirror-maker.sh`'s heap.
+pub const MM2_HEAP: &[&str] = &["-Xms256M", "-Xmx2G"];
+
 /// Kafka's MirrorMaker 2 of Kafka 3.9.2 in dedicated mode (`org.apache.kafka.connect.mirror.
 /// MirrorMaker`), from the jars `scripts/kafka-jars mm2-3.9.2` collects; its log (INFO) in its
 /// temporary folder.
@@ -1073,8 +1088,24 @@ impl MirrorMaker2 {
         PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
     }
 
-    /// Starts MirrorMaker 2 with these `mm2.properties`.
+    /// Starts MirrorMaker 2 with these `mm2.properties` (the tests' small, quick-starting
+    /// JVM).
     pub fn start(properties: &str) -> MirrorMaker2 {
+        MirrorMaker2::start_with_jvm(properties, &[])
+    }
+
+    /// Starts MirrorMaker 2 as `connect-mirror-maker.sh` runs it (its heap, the collector
+    /// options of `kafka-run-class.sh`): for measurements.
+    pub fn start_as_its_script(properties: &str) -> MirrorMaker2 {
+        let options: Vec<String> = MM2_HEAP
+            .iter()
+            .chain(TOOL_JVM)
+            .map(|o| o.to_string())
+            .collect();
+        MirrorMaker2::start_with_jvm(properties, &options)
+    }
+
+    fn start_with_jvm(properties: &str, options: &[String]) -> MirrorMaker2 {
         let libs = MirrorMaker2::libs();
         let dir = tempfile::Builder::new()
             .prefix("mm2-")
@@ -1095,7 +1126,7 @@ impl MirrorMaker2 {
         )
         .expect("log4j.properties");
         let out = std::fs::File::create(dir.path().join("stdout.log")).expect("stdout.log");
-        let mut cmd = java(&libs, dir.path());
+        let mut cmd = java_with(&libs, dir.path(), options);
         cmd.arg("org.apache.kafka.connect.mirror.MirrorMaker")
             .arg(&file)
             .stdin(Stdio::null())
@@ -1167,5 +1198,83 @@ impl Drop for MirrorMaker2 {
             .keep();
             eprintln!("MirrorMaker 2's config and log kept in {}", kept.display());
         }
+    }
+}
+
+/// When a copy of `expected` records became readable on a topic: see [`watch_arrival`].
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival {
+    /// The first records were read.
+    pub first: Instant,
+    /// How many records that first read returned.
+    pub at_first: i64,
+    /// The `expected`-th record was read.
+    pub done: Instant,
+}
+
+impl Arrival {
+    /// Records per second from the first read to the last (the first read's records left
+    /// out): the steady rate of whatever copied them, start-up and group join excluded.
+    pub fn rate(&self, expected: i64) -> f64 {
+        (expected - self.at_first) as f64 / self.done.duration_since(self.first).as_secs_f64()
+    }
+}
+
+/// Reads `topic` on `bootstrap` from the beginning as a `read_committed` consumer (a topic
+/// that does not exist yet is waited for) until `expected` records have been read; fails
+/// after `timeout` or once `alive` says the copier has stopped. The same measure for every
+/// copier, transactional or not, whatever it commits where.
+pub fn watch_arrival(
+    bootstrap: &str,
+    topic: &str,
+    expected: i64,
+    timeout: Duration,
+    mut alive: impl FnMut() -> bool,
+) -> Arrival {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set(
+            "group.id",
+            format!("arrival-{topic}-{}", std::process::id()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .set("topic.metadata.refresh.interval.ms", "500")
+        .set("log_level", "3")
+        .create()
+        .expect("a consumer");
+    consumer.subscribe(&[topic]).expect("subscribing");
+    let deadline = Instant::now() + timeout;
+    let mut read = 0i64;
+    let mut first = None;
+    loop {
+        let mut polled = 0i64;
+        while let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            if m.is_ok() {
+                polled += 1;
+            }
+            if polled >= 10_000 {
+                break;
+            }
+        }
+        let now = Instant::now();
+        if polled > 0 {
+            read += polled;
+            first.get_or_insert((now, read));
+        }
+        if read >= expected {
+            let (first, at_first) = first.expect("records were read");
+            return Arrival {
+                first,
+                at_first,
+                done: now,
+            };
+        }
+        assert!(
+            now < deadline && alive(),
+            "{read} of {expected} records of {topic} readable, and the copier stopped or \
+             {timeout:?} passed"
+        );
     }
 }
