@@ -7,18 +7,42 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Message};
-use rdkafka::producer::{BaseProducer, ProducerContext};
+use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 
 use super::clients::{self, Cluster};
 use super::offsets::{Outcome, Ticket};
 use super::state::{MissingTarget, Stats, StreamShared};
 
 pub type MirrorProducer = BaseProducer<DeliveryContext>;
+
+/// How long one wait for delivery reports lasts while a flush waits.
+const FLUSH_STEP: Duration = Duration::from_millis(1);
+
+/// Waits until every record handed to `producer` has its delivery report served, for at most
+/// `timeout`; fails with the librdkafka timeout error otherwise. rust-rdkafka's own `flush`
+/// waits in steps of 100 ms that each last their whole 100 ms, so a flush of anything took
+/// 100 ms at least, and a transaction (a flush, then the commit's own flush) 200 ms.
+pub fn flush<C: ProducerContext>(producer: &BaseProducer<C>, timeout: Duration) -> KafkaResult<()> {
+    let deadline = Instant::now() + timeout;
+    // One librdkafka flush call without waiting: it wakes the broker threads to send what
+    // lingers.
+    if producer.flush(Duration::ZERO).is_ok() {
+        return Ok(());
+    }
+    while producer.in_flight_count() > 0 {
+        if Instant::now() >= deadline {
+            return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
+        }
+        producer.poll(FLUSH_STEP);
+    }
+    Ok(())
+}
 
 impl StreamShared {
     /// A record produced from `ticket` will never reach the target.

@@ -19,7 +19,7 @@ use rdkafka::Offset;
 
 use super::clients::{self, Cluster};
 use super::commit::{commit_sync, committed, follow_positions};
-use super::delivery::MirrorProducer;
+use super::delivery::{self, MirrorProducer};
 use super::state::{PartitionLag, Stats, StreamShared};
 use super::topics::TopicCreator;
 use crate::native::member_id;
@@ -103,7 +103,7 @@ impl RebalanceContext {
             self.revoke_flush_timeout
         };
         let started = Instant::now();
-        if let Err(e) = self.producer.flush(timeout) {
+        if let Err(e) = delivery::flush(&self.producer, timeout) {
             // Released with records still queued, librdkafka would deliver them later (it
             // retries for ever), interleaved with the next owner's copies: purge them first.
             if !timeout.is_zero() {
@@ -238,7 +238,7 @@ impl RebalanceContext {
         // the idempotent producer's sequence, which `enable.gapless.guarantee` (on in abort
         // mode) turns into a fatal error; a request on the wire lands or fails on its own.
         self.producer.purge(PurgeConfig::default().queue());
-        if let Err(e) = self.producer.flush(PURGE_SETTLE) {
+        if let Err(e) = delivery::flush(&self.producer, PURGE_SETTLE) {
             tracing::warn!(stream, "delivery reports after a purge: {e}");
         }
         let kept: Vec<(String, i32)> = match consumer.assignment() {

@@ -290,6 +290,10 @@ impl StreamShared {
             missing_targets: Mutex::default(),
             mapping,
         });
+        // A stream made while the process runs (an exactly-once stream's new incarnation)
+        // counts as turning from now on, not since the process started: the watchdog waits
+        // for its first turn as for the first streams'.
+        shared.turned(Instant::now());
         shared.stats.streams.register(&shared);
         shared
     }

@@ -15,7 +15,7 @@ use rdkafka::producer::{Producer, PurgeConfig};
 
 use super::clients::{self, Cluster};
 use super::commit::{commit_async, commit_stored, final_commit, follow_positions};
-use super::delivery::{serve_deliveries, DeliveryContext, MirrorProducer};
+use super::delivery::{self, serve_deliveries, DeliveryContext, MirrorProducer};
 use super::ledger::StreamMapping;
 use super::offsets::Ticket;
 use super::probe::{topics_to_follow, METADATA_TIMEOUT};
@@ -349,7 +349,7 @@ impl<'s> Stream<'s> {
         self.set_paused(true, records, bytes);
         if self.producer.in_flight_count() > 0 {
             // Short: the consumer keeps being polled between tries.
-            let _ = self.producer.flush(Duration::from_millis(200));
+            let _ = delivery::flush(&self.producer, Duration::from_millis(200));
             if self.producer.in_flight_count() > 0 {
                 return;
             }
@@ -850,7 +850,7 @@ impl<'s> Stream<'s> {
             self.producer
                 .purge(PurgeConfig::default().queue().inflight());
         }
-        if let Err(e) = self.producer.flush(timeout) {
+        if let Err(e) = delivery::flush(&self.producer, timeout) {
             tracing::warn!(
                 stream = self.stream,
                 "shutdown flush did not finish within {timeout:?} ({e}); committing only what \

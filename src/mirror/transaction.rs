@@ -53,7 +53,7 @@ use rdkafka::Offset;
 
 use super::clients::{self, Cluster, ReaderContext};
 use super::commit::committed;
-use super::delivery::purged;
+use super::delivery::{flush, purged};
 use super::mapping::{OffsetMap, Progress, Recorder, StoreRecord};
 use super::probe::topics_to_follow;
 use super::rebalance::{call_listener, make_target_topics, seek_failures, source_statistics};
@@ -511,8 +511,11 @@ impl Core {
             return Ok(());
         }
         self.begin()?;
+        let began = self.state().open;
+        let records_sent = self.book().sent.len();
+        let flushing = Instant::now();
         // Every record's delivery report first: the segments come from them.
-        if let Err(e) = self.producer.flush(self.timeout) {
+        if let Err(e) = flush(&self.producer, self.timeout) {
             return Err(TxFailure::Abortable(format!(
                 "the target did not acknowledge the transaction's records within {:?}: {e}",
                 self.timeout
@@ -548,6 +551,15 @@ impl Core {
         for record in &records {
             self.write_store(record)?;
         }
+        // The store records acknowledged here, so that the commit's own flush (rust-rdkafka's,
+        // in 100 ms steps) finds nothing to wait for.
+        if let Err(e) = flush(&self.producer, self.timeout) {
+            return Err(TxFailure::Abortable(format!(
+                "the target did not acknowledge the offset-mapping records within {:?}: {e}",
+                self.timeout
+            )));
+        }
+        let committing = Instant::now();
         let mut tries = 0;
         loop {
             tries += 1;
@@ -562,6 +574,15 @@ impl Core {
                 Err(e) => return Err(self.classify("commit the transaction", &e)),
             }
         }
+        tracing::debug!(
+            stream = self.stream,
+            "committed a transaction of {records_sent} records and {} store records: open \
+             {:?}, flush {:?}, commit {:?}",
+            records.len(),
+            began.map(|b| flushing.duration_since(b)),
+            committing.duration_since(flushing),
+            committing.elapsed()
+        );
         let mut state = self.state();
         state.open = None;
         for p in &mut state.parts {

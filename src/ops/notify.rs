@@ -131,3 +131,24 @@ fn streams_alive(stats: &Stats, interval: Duration) -> bool {
         now.saturating_sub(s.last_turn.load(Ordering::Relaxed)) <= interval.as_millis() as u64
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mirror::state::StreamShared;
+
+    #[test]
+    fn a_stream_made_late_counts_as_alive_until_its_first_turn_is_overdue() {
+        let stats = Arc::new(Stats::default());
+        let control = Arc::new(Control::new());
+        let interval = Duration::from_millis(100);
+        let first = StreamShared::new(0, control.clone(), stats.clone(), true, None);
+        std::thread::sleep(interval * 2);
+        first.turned(Instant::now());
+        // A new incarnation, made long after the process started, before its first turn.
+        let _late = StreamShared::new(1, control, stats.clone(), true, None);
+        assert!(streams_alive(&stats, interval));
+        std::thread::sleep(interval * 2);
+        assert!(!streams_alive(&stats, interval));
+    }
+}
