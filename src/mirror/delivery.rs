@@ -21,25 +21,35 @@ use super::state::{MissingTarget, Stats, StreamShared};
 
 pub type MirrorProducer = BaseProducer<DeliveryContext>;
 
-/// How long one wait for delivery reports lasts while a flush waits.
+/// How long a flush sleeps when no delivery report was waiting.
 const FLUSH_STEP: Duration = Duration::from_millis(1);
 
 /// Waits until every record handed to `producer` has its delivery report served, for at most
-/// `timeout`; fails with the librdkafka timeout error otherwise. rust-rdkafka's own `flush`
-/// waits in steps of 100 ms that each last their whole 100 ms, so a flush of anything took
-/// 100 ms at least, and a transaction (a flush, then the commit's own flush) 200 ms.
+/// `timeout`; fails with the librdkafka timeout error otherwise. Not rust-rdkafka's own
+/// `flush`: it waits in steps of 100 ms that each last their whole 100 ms, so a flush of
+/// anything took 100 ms at least, and an exactly-once transaction (a flush, then the commit's
+/// own flush) 200 ms. Nor `poll` with a short timeout: below a millisecond left, it polls
+/// without waiting, in a loop (a spinning core). Here each waiting report is served at once,
+/// and the thread sleeps a millisecond only when none was waiting.
 pub fn flush<C: ProducerContext>(producer: &BaseProducer<C>, timeout: Duration) -> KafkaResult<()> {
     let deadline = Instant::now() + timeout;
-    // One librdkafka flush call without waiting: it wakes the broker threads to send what
-    // lingers.
+    // One librdkafka flush call that does not wait: done if nothing is in flight, and it
+    // wakes the broker threads to send what is queued.
     if producer.flush(Duration::ZERO).is_ok() {
         return Ok(());
     }
-    while producer.in_flight_count() > 0 {
+    let mut in_flight = producer.in_flight_count();
+    while in_flight > 0 {
         if Instant::now() >= deadline {
             return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
         }
-        producer.poll(FLUSH_STEP);
+        // Serves at most one event (a batch of delivery reports).
+        producer.poll(Duration::ZERO);
+        let left = producer.in_flight_count();
+        if left == in_flight {
+            std::thread::sleep(FLUSH_STEP);
+        }
+        in_flight = left;
     }
     Ok(())
 }

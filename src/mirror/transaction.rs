@@ -579,7 +579,7 @@ impl Core {
             "committed a transaction of {records_sent} records and {} store records: open \
              {:?}, flush {:?}, commit {:?}",
             records.len(),
-            began.map(|b| flushing.duration_since(b)),
+            began.map_or(Duration::ZERO, |b| flushing.duration_since(b)),
             committing.duration_since(flushing),
             committing.elapsed()
         );
@@ -916,9 +916,13 @@ impl Core {
     /// owner: once the store is compacted, whoever reads it next would copy again from there
     /// and leave the new owner unfenced. The source group's coordinator refuses a commit
     /// from a member that is no longer in the group's current generation (classic) or epoch
-    /// (KIP-848), so each start is committed there first, synchronously (for monitoring it
-    /// is what the store says); refused, the partitions stay paused and unclaimed until the
-    /// rebalance that took them is served, or the commit goes through.
+    /// (KIP-848), as after a pause past the session timeout, so each start is committed
+    /// there first, synchronously (for monitoring it is what the store says); refused, the
+    /// partitions stay paused and unclaimed until the rebalance that took them is served, or
+    /// the commit goes through. The coordinator checks membership, not which member owns
+    /// which partition: a live member whose partitions the assignor gave away without a
+    /// revocation (the classic protocol's case in the README) is not caught here; the next
+    /// owner fences it.
     fn still_assigned(
         &self,
         consumer: &TxConsumer,
@@ -929,9 +933,15 @@ impl Core {
             let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
         }
         consumer.commit(&tpl, CommitMode::Sync).map_err(|e| {
+            let list: Vec<String> = starts
+                .iter()
+                .map(|((t, p), n)| format!("{t}/{p} at {n}"))
+                .collect();
             ReadError::NotYet(format!(
-                "the source group refused a commit of their start ({e}): the group may have \
-                 given them to another member"
+                "the source group refused a commit of their start, {} ({e}): if this member \
+                 has left the group's generation (or epoch), the revocation of its partitions \
+                 follows; otherwise the commit is tried again",
+                list.join(" ")
             ))
         })
     }
@@ -1021,7 +1031,6 @@ impl Core {
                 return;
             }
         };
-        failpoint::reached(failpoint::BEFORE_CLAIM);
         self.start(consumer, &starts);
         let mut tpl = TopicPartitionList::with_capacity(starts.len());
         for ((topic, partition), next) in &starts {

@@ -1250,25 +1250,27 @@ pub fn watch_arrival(
     let mut first = None;
     loop {
         let mut polled = 0i64;
+        let mut last_read = None;
         while let Some(m) = consumer.poll(Duration::from_millis(100)) {
             if m.is_ok() {
                 polled += 1;
+                last_read = Some(Instant::now());
             }
-            if polled >= 10_000 {
+            if polled >= 10_000 || read + polled >= expected {
                 break;
             }
         }
         let now = Instant::now();
         if polled > 0 {
             read += polled;
-            first.get_or_insert((now, read));
+            first.get_or_insert((last_read.unwrap_or(now), read));
         }
         if read >= expected {
             let (first, at_first) = first.expect("records were read");
             return Arrival {
                 first,
                 at_first,
-                done: now,
+                done: last_read.unwrap_or(now),
             };
         }
         assert!(
