@@ -600,13 +600,7 @@ fn measure_exactly_once_throughput_against_at_least_once() {
              {alias}->target.enabled = true\n\
              {alias}->target.topics = {TOPIC}\n\
              tasks.max = 1\n\
-             replication.factor = 1\n\
-             checkpoints.topic.replication.factor = 1\n\
-             heartbeats.topic.replication.factor = 1\n\
-             offset-syncs.topic.replication.factor = 1\n\
-             offset.storage.replication.factor = 1\n\
-             status.storage.replication.factor = 1\n\
-             config.storage.replication.factor = 1\n",
+             {MM2_ON_ONE_BROKER}",
             src = pair.src(),
             dst = pair.dst(),
         );

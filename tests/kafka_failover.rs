@@ -740,13 +740,7 @@ fn mm2_properties(f: &Failover, flush_ms: u64) -> String {
          src.consumer.isolation.level = read_committed\n\
          offset.flush.interval.ms = {flush_ms}\n\
          tasks.max = 1\n\
-         replication.factor = 1\n\
-         checkpoints.topic.replication.factor = 1\n\
-         heartbeats.topic.replication.factor = 1\n\
-         offset-syncs.topic.replication.factor = 1\n\
-         offset.storage.replication.factor = 1\n\
-         status.storage.replication.factor = 1\n\
-         config.storage.replication.factor = 1\n",
+         {MM2_ON_ONE_BROKER}",
         src = f.src(),
         dst = f.dst(),
         topics = topics.join(", "),

@@ -34,24 +34,16 @@ use mirror_maker::settings::routing::TopicFilter;
 use mirror_maker::settings::{Settings, SettingsOptions};
 use mirror_maker::tools::compare::OwnedRecord;
 pub use mirror_test_harness::kafka::MM2_HEAP;
-use mirror_test_harness::kafka::{spawn_tied_to_this_process, KafkaCluster, KAFKA_3, TOOL_JVM};
+use mirror_test_harness::kafka::{
+    spawn_tied_to_this_process, KafkaCluster, KAFKA_3, MM2_ON_ONE_BROKER, TOOL_JVM,
+};
 
 /// The backlog's topic, on both clusters.
 pub const TOPIC: &str = "bench";
 
-/// The brokers' JVM, as `kafka-server-start.sh` runs it (its heap, `kafka-run-class.sh`'s
-/// collector options).
-const BROKER_JVM: &[&str] = &[
-    "-Xmx1G",
-    "-Xms1G",
-    "-server",
-    "-XX:+UseG1GC",
-    "-XX:MaxGCPauseMillis=20",
-    "-XX:InitiatingHeapOccupancyPercent=35",
-    "-XX:+ExplicitGCInvokesConcurrent",
-    "-XX:MaxInlineLevel=15",
-    "-Djava.awt.headless=true",
-];
+/// The brokers' heap, as `kafka-server-start.sh` sets it; with `kafka-run-class.sh`'s
+/// collector options ([`TOOL_JVM`]) it is the brokers' JVM.
+const BROKER_HEAP: &[&str] = &["-Xmx1G", "-Xms1G"];
 
 /// `kafka-mirror-maker.sh` sets no heap: `kafka-run-class.sh`'s default applies.
 pub const MM1_HEAP: &[&str] = &["-Xmx256M"];
@@ -405,10 +397,11 @@ impl<'a> Bench<'a> {
         // heartbeat interval each), well into the pass.
         let source_extra: &[(&str, &str)] = &[("group.initial.rebalance.delay.ms", "3000")];
         let target_extra = [("auto.create.topics.enable", "false")];
+        let broker_jvm: Vec<&str> = BROKER_HEAP.iter().chain(TOOL_JVM).copied().collect();
         let (source, target) = std::thread::scope(|s| {
             let target =
-                s.spawn(|| KafkaCluster::start_with_jvm(KAFKA_3, 1, &target_extra, BROKER_JVM));
-            let source = KafkaCluster::start_with_jvm(KAFKA_3, 1, source_extra, BROKER_JVM);
+                s.spawn(|| KafkaCluster::start_with_jvm(KAFKA_3, 1, &target_extra, &broker_jvm));
+            let source = KafkaCluster::start_with_jvm(KAFKA_3, 1, source_extra, &broker_jvm);
             (source, target.join())
         });
         let target = target.map_err(|_| anyhow::anyhow!("starting the target cluster failed"))?;
@@ -723,13 +716,7 @@ impl<'a> Bench<'a> {
                      {a}->{b}.topics = {topics}\n\
                      replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n\
                      tasks.max = {streams}\n\
-                     replication.factor = 1\n\
-                     checkpoints.topic.replication.factor = 1\n\
-                     heartbeats.topic.replication.factor = 1\n\
-                     offset-syncs.topic.replication.factor = 1\n\
-                     offset.storage.replication.factor = 1\n\
-                     status.storage.replication.factor = 1\n\
-                     config.storage.replication.factor = 1\n",
+                     {MM2_ON_ONE_BROKER}",
                     topics = topics.join(", ")
                 );
                 let file = dir.join("mm2.properties");

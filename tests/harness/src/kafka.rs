@@ -1059,6 +1059,17 @@ pub const TOOL_JVM: &[&str] = &[
     "-Djava.awt.headless=true",
 ];
 
+/// MirrorMaker 2's properties for clusters of one broker: every topic it makes has one
+/// replica.
+pub const MM2_ON_ONE_BROKER: &str = "replication.factor = 1
+checkpoints.topic.replication.factor = 1
+heartbeats.topic.replication.factor = 1
+offset-syncs.topic.replication.factor = 1
+offset.storage.replication.factor = 1
+status.storage.replication.factor = 1
+config.storage.replication.factor = 1
+";
+
 /// `connect-mirror-maker.sh`'s heap.
 pub const MM2_HEAP: &[&str] = &["-Xms256M", "-Xmx2G"];
 
