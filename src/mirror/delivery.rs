@@ -21,8 +21,9 @@ use super::state::{MissingTarget, Stats, StreamShared};
 
 pub type MirrorProducer = BaseProducer<DeliveryContext>;
 
-/// How long a flush sleeps when no delivery report was waiting.
-const FLUSH_STEP: Duration = Duration::from_millis(1);
+/// How long a wait for delivery reports sleeps when none was waiting ([`flush`],
+/// [`serve_deliveries`]).
+const REPORT_WAIT_STEP: Duration = Duration::from_millis(1);
 
 /// Waits until every record handed to `producer` has its delivery report served, for at most
 /// `timeout`; fails with the librdkafka timeout error otherwise. Not rust-rdkafka's own
@@ -47,7 +48,7 @@ pub fn flush<C: ProducerContext>(producer: &BaseProducer<C>, timeout: Duration) 
         producer.poll(Duration::ZERO);
         let left = producer.in_flight_count();
         if left == in_flight {
-            std::thread::sleep(FLUSH_STEP);
+            std::thread::sleep(REPORT_WAIT_STEP);
         }
         in_flight = left;
     }
@@ -205,7 +206,7 @@ pub fn serve_deliveries<C: ProducerContext>(
         if now >= deadline {
             return;
         }
-        std::thread::sleep((deadline - now).min(std::time::Duration::from_millis(1)));
+        std::thread::sleep((deadline - now).min(REPORT_WAIT_STEP));
     }
 }
 

@@ -11,7 +11,7 @@ use super::state::{Control, ShutdownGate, Stats};
 use super::store::MappingStore;
 use super::stream::{Stream, StreamError, StreamReport};
 use super::topics::TopicCreator;
-use super::transaction::{transaction_timeout, TransactionError, TxStream};
+use super::transaction::{TransactionError, TxStream};
 use crate::settings::client::ClientProps;
 use crate::settings::exactly_once;
 use crate::settings::flags::Partitioning;
@@ -247,7 +247,7 @@ fn run_transactional(
                     && retrying_since
                         .get_or_insert_with(std::time::Instant::now)
                         .elapsed()
-                        < 2 * transaction_timeout(settings) =>
+                        < 2 * settings.producer.transaction_timeout() =>
             {
                 tracing::warn!(stream, "{e}; trying again in 2 s");
                 std::thread::sleep(std::time::Duration::from_secs(2));

@@ -924,27 +924,17 @@ const MIN_FINAL_COMMIT_RETRY: Duration = Duration::from_secs(10);
 /// How long no rebalance event may arrive before a stream that unsubscribed closes.
 const LEAVE_QUIET: Duration = Duration::from_millis(100);
 
-/// The consumer's `max.poll.interval.ms` (librdkafka's default: 300 s), the group's
-/// rebalance timeout.
-fn max_poll_interval_ms(settings: &Settings) -> u64 {
-    settings
-        .consumer
-        .get("max.poll.interval.ms")
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(300_000)
-}
-
 /// A third of `max.poll.interval.ms`: a stream that waits longer than that for the target
 /// pauses its partitions and polls again.
 fn stall_limit(settings: &Settings) -> Duration {
-    Duration::from_millis(max_poll_interval_ms(settings) / 3)
+    Duration::from_millis((settings.consumer.max_poll_interval().as_millis() as u64) / 3)
 }
 
 /// How long a revocation may wait for the target: four fifths of the group's rebalance
 /// timeout (`max.poll.interval.ms`), leaving the rest to purge, commit and rejoin before the
 /// group gives up on this member.
 fn revoke_flush_limit(settings: &Settings) -> Duration {
-    Duration::from_millis(max_poll_interval_ms(settings) / 5 * 4)
+    Duration::from_millis((settings.consumer.max_poll_interval().as_millis() as u64) / 5 * 4)
 }
 
 /// How leaving the group went.

@@ -678,10 +678,7 @@ impl Core {
         if committed.is_empty() {
             return Ok(());
         }
-        let mut tpl = TopicPartitionList::with_capacity(committed.len());
-        for ((topic, partition), next) in &committed {
-            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
-        }
+        let tpl = offset_list(&committed);
         let failed = seek_failures(consumer, tpl, self.timeout);
         if !failed.is_empty() {
             self.state().broken = true;
@@ -928,20 +925,13 @@ impl Core {
         consumer: &TxConsumer,
         starts: &[(Partition, i64)],
     ) -> Result<(), ReadError> {
-        let mut tpl = TopicPartitionList::with_capacity(starts.len());
-        for ((topic, partition), next) in starts {
-            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
-        }
+        let tpl = offset_list(starts);
         consumer.commit(&tpl, CommitMode::Sync).map_err(|e| {
-            let list: Vec<String> = starts
-                .iter()
-                .map(|((t, p), n)| format!("{t}/{p} at {n}"))
-                .collect();
             ReadError::NotYet(format!(
                 "the source group refused a commit of their start, {} ({e}): if this member \
                  has left the group's generation (or epoch), the revocation of its partitions \
                  follows; otherwise the commit is tried again",
-                list.join(" ")
+                described(starts)
             ))
         })
     }
@@ -979,14 +969,10 @@ impl Core {
                 self.stream, self.store_topic
             ));
         }
-        let described: Vec<String> = starts
-            .iter()
-            .map(|((t, p), n)| format!("{t}/{p} at {n}"))
-            .collect();
         tracing::info!(
             stream = self.stream,
             "starting from the offset mapping's progress: {}",
-            described.join(" ")
+            described(starts)
         );
     }
 
@@ -1032,10 +1018,7 @@ impl Core {
             }
         };
         self.start(consumer, &starts);
-        let mut tpl = TopicPartitionList::with_capacity(starts.len());
-        for ((topic, partition), next) in &starts {
-            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
-        }
+        let tpl = offset_list(&starts);
         let moved = consumer
             .seek_partitions(tpl.clone(), self.timeout)
             .map_err(|e| e.to_string())
@@ -1476,7 +1459,7 @@ impl<'s> TxStream<'s> {
                 retired: false.into(),
             })
             .map_err(|e| create("transactional target producer", e))?;
-        let timeout = transaction_timeout(settings);
+        let timeout = settings.producer.transaction_timeout();
         let started = Instant::now();
         // A new id (one per run): registers it with the target's transaction coordinator.
         producer
@@ -1509,7 +1492,7 @@ impl<'s> TxStream<'s> {
                 stream,
                 message: e.to_string(),
             })?;
-        let max_poll = max_poll_interval(settings);
+        let max_poll = settings.consumer.max_poll_interval();
         let core = Arc::new(Core {
             stream,
             txid,
@@ -1861,27 +1844,22 @@ impl<'s> TxStream<'s> {
     }
 }
 
-/// The consumer's `max.poll.interval.ms` (librdkafka's default: 300 s).
-fn max_poll_interval(settings: &Settings) -> Duration {
-    Duration::from_millis(
-        settings
-            .consumer
-            .get("max.poll.interval.ms")
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(300_000),
-    )
+/// `positions` as a partition list with offsets, to seek to or to commit.
+fn offset_list(positions: &[(Partition, i64)]) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::with_capacity(positions.len());
+    for ((topic, partition), next) in positions {
+        let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
+    }
+    tpl
 }
 
-/// The producer's `transaction.timeout.ms` (librdkafka's default: 60 s): how long a
-/// transactional call may take.
-pub(super) fn transaction_timeout(settings: &Settings) -> Duration {
-    Duration::from_millis(
-        settings
-            .producer
-            .get("transaction.timeout.ms")
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(60_000),
-    )
+/// `positions` for a log line: `orders/0 at 1000 orders/1 at 980`.
+fn described(positions: &[(Partition, i64)]) -> String {
+    let list: Vec<String> = positions
+        .iter()
+        .map(|((t, p), n)| format!("{t}/{p} at {n}"))
+        .collect();
+    list.join(" ")
 }
 
 #[cfg(test)]

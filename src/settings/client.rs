@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
 
@@ -125,6 +126,11 @@ const CLASSIC_GROUP_ONLY: [&str; 4] = [
     "heartbeat.interval.ms",
     "group.protocol.type",
 ];
+
+/// librdkafka's default `max.poll.interval.ms`.
+pub const DEFAULT_MAX_POLL_INTERVAL_MS: u64 = 300_000;
+/// librdkafka's default `transaction.timeout.ms`.
+pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
 
 /// The librdkafka properties of one client, with the file they came from.
 #[derive(Clone)]
@@ -333,6 +339,26 @@ impl ClientProps {
     pub fn uses_kip_848_protocol(&self) -> bool {
         self.get("group.protocol")
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("consumer"))
+    }
+
+    /// The consumer's `max.poll.interval.ms`, the group's rebalance timeout (librdkafka's
+    /// default where it is not set or not a number of milliseconds).
+    pub fn max_poll_interval(&self) -> Duration {
+        self.millis("max.poll.interval.ms", DEFAULT_MAX_POLL_INTERVAL_MS)
+    }
+
+    /// The producer's `transaction.timeout.ms`, how long one transactional call may take
+    /// (librdkafka's default where it is not set or not a number of milliseconds).
+    pub fn transaction_timeout(&self) -> Duration {
+        self.millis("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
+    }
+
+    fn millis(&self, key: &str, default: u64) -> Duration {
+        Duration::from_millis(
+            self.get(key)
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(default),
+        )
     }
 
     /// The producer: acknowledged by all replicas, idempotent, retried for ever.

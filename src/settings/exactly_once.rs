@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use super::client::ClientProps;
+use super::client::{ClientProps, DEFAULT_TRANSACTION_TIMEOUT_MS};
 use super::flags::MirrorArgs;
 use super::SettingsError;
 
@@ -163,18 +163,12 @@ pub fn host_name() -> Option<String> {
 pub fn producer_props(producer: &mut ClientProps) {
     let timeout = producer
         .get("transaction.timeout.ms")
-        .unwrap_or(DEFAULT_TRANSACTION_TIMEOUT_MS)
-        .trim()
-        .to_owned();
+        .map(|v| v.trim().to_owned())
+        .unwrap_or_else(|| DEFAULT_TRANSACTION_TIMEOUT_MS.to_string());
     producer.remove("delivery.timeout.ms");
     producer.set("message.timeout.ms", &timeout);
     producer.remove("enable.gapless.guarantee");
 }
-
-/// librdkafka's default `transaction.timeout.ms`.
-const DEFAULT_TRANSACTION_TIMEOUT_MS: &str = "60000";
-/// librdkafka's default `max.poll.interval.ms`.
-const DEFAULT_MAX_POLL_INTERVAL_MS: u64 = 300_000;
 
 /// What this mode warns of at start, given the client configs: combinations that keep every
 /// record once but cost a stopped instance or a rebalance.
@@ -190,10 +184,8 @@ pub fn warnings(consumer: &ClientProps, producer: &ClientProps) -> Vec<String> {
                 .to_owned(),
         );
     }
-    let ms = |props: &ClientProps, key: &str| props.get(key).and_then(|v| v.trim().parse().ok());
-    let max_poll = ms(consumer, "max.poll.interval.ms").unwrap_or(DEFAULT_MAX_POLL_INTERVAL_MS);
-    let transaction = ms(producer, "transaction.timeout.ms")
-        .unwrap_or_else(|| DEFAULT_TRANSACTION_TIMEOUT_MS.parse().expect("a number"));
+    let max_poll = consumer.max_poll_interval().as_millis();
+    let transaction = producer.transaction_timeout().as_millis();
     if max_poll < 3 * transaction {
         warnings.push(format!(
             "max.poll.interval.ms ({max_poll} ms, {}) is below three times \
