@@ -13,14 +13,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"consume-only": "#999999", "produce-only": "#999999", "mirror": "#1f77b4",
+          "mirror-batches": "#17becf",
           "mm1": "#ff7f0e", "mm1-tuned": "#ffbb78", "mm2": "#2ca02c", "batched-loop": "#d62728"}
 NAMES = {"consume-only": "consume\nonly", "produce-only": "produce\nonly", "mirror": "mirror",
+         "mirror-batches": "mirror\nbatches",
          "mm1": "MM1", "mm1-tuned": "MM1\ntuned", "mm2": "MM2", "batched-loop": "batched\nloop"}
 
 
 def label(r):
     name = NAMES[r["contender"]]
-    if r["contender"] in ("mirror", "mm1", "mm2"):
+    if r["contender"] in ("mirror", "mirror-batches", "mm1", "mm2"):
         name += f"\n{r['streams']}"
     return name
 

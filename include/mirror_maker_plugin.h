@@ -6,7 +6,28 @@
  *   const mm_listener_vtable *mirror_maker_rebalance_listener(void);  (--consumer.rebalance.listener)
  * returning a pointer to a static vtable with abi_version = MM_PLUGIN_ABI_VERSION and
  * struct_size = sizeof(the vtable). A library with another version or size is refused at
- * start-up (exit 2), as is one whose init returns non-zero.
+ * start-up (exit 2), as is one whose vtable has NULL for a required function, or whose init
+ * returns non-zero.
+ *
+ * Required and optional functions: a handler's init and handle are required, its destroy is
+ * optional (NULL: nothing to free). A listener's init is required; before_releasing_partitions,
+ * before_starting_fetchers and destroy are optional (a NULL callback is skipped, as if it
+ * returned 0). A NULL required function is refused at start-up (exit 2, naming the library
+ * and the function).
+ *
+ * Where a library may come from: --message.handler and --consumer.rebalance.listener take a
+ * path with a '/' (./libx.so or an absolute path; a bare name is refused, since dlopen would
+ * look it up in the system's library path). The path is resolved (symlinks followed) and that
+ * file is opened. The file, and every directory from it up to /, must be owned by root or the
+ * user running the mirror and not be writable by group or others; a directory writable by
+ * others with the sticky bit (/tmp, 1777) is accepted, since the sticky bit keeps others from
+ * replacing what is inside. Otherwise the plugin is refused (exit 2, naming the path at fault).
+ *
+ * Limit of these checks: a library's constructors (__attribute__((constructor)), C++ static
+ * initialisers) run inside dlopen, before the mirror can look up the entry symbol or read
+ * abi_version; nothing can check a library before its constructors run. The ABI checks catch a
+ * library built for another version, not a hostile one: the defence against that is where the
+ * file may come from (above).
  *
  * Ownership: nothing allocated on one side is freed on the other.
  *   - Records, headers and partitions reach the plugin as borrowed views, valid only for the
@@ -19,10 +40,20 @@
  * Threads: init is called once per mirror stream; an instance is used by one thread at a time
  * (possibly not the one that made it). destroy is called once per instance.
  *
+ * C++ and other exceptions: no exception (nor a longjmp, nor a Rust panic) may leave a plugin
+ * function; the ABI is plain C. Catch everything in each function (try { ... } catch (...)
+ * { write err; return 1; }) and return non-zero. An exception that reaches the mirror is
+ * undefined behaviour; what the mirror does today is abort ("Rust cannot catch foreign
+ * exceptions", SIGABRT): no final commit, so records acknowledged since the last commit are
+ * copied again on restart (duplicates, nothing lost).
+ *
  * Semantics: a handler that emits nothing filters the record out (it counts as acknowledged);
  * a source record counts as acknowledged once every record emitted from it is. A non-zero
- * return from handle, or from a listener callback, stops the mirror (exit 1) after committing
- * what was acknowledged; the record being handled is not committed.
+ * return from a listener callback stops the mirror (exit 1) after committing what was
+ * acknowledged. A non-zero return from handle does what --on.handler.error says: stop (the
+ * default: as a listener error, the record being handled not committed), skip (the record is
+ * counted and left out), or dead-letter (the source record is copied to --dead.letter.topic).
+ * Whatever handle emitted before returning non-zero is never sent.
  */
 #ifndef MIRROR_MAKER_PLUGIN_H
 #define MIRROR_MAKER_PLUGIN_H
@@ -46,7 +77,7 @@ typedef struct mm_bytes {
 } mm_bytes;
 
 typedef struct mm_header {
-    mm_bytes key;   /* never NULL; UTF-8 */
+    mm_bytes key;   /* never NULL; any bytes, as on the wire (Kafka does not require UTF-8) */
     mm_bytes value; /* may be NULL */
 } mm_header;
 
@@ -78,23 +109,28 @@ typedef int32_t (*mm_emit_fn)(void *emit_ctx, const mm_record *record);
 typedef struct mm_handler_vtable {
     uint32_t abi_version; /* MM_PLUGIN_ABI_VERSION */
     uint32_t struct_size; /* sizeof(mm_handler_vtable) */
+    /* Required. */
     int32_t (*init)(mm_bytes args, void **instance, mm_error_buf *err);
+    /* Required. */
     int32_t (*handle)(void *instance, const mm_record *record, mm_emit_fn emit, void *emit_ctx,
                       mm_error_buf *err);
+    /* Optional: NULL if there is nothing to free. */
     void (*destroy)(void *instance);
 } mm_handler_vtable;
 
 typedef struct mm_listener_vtable {
     uint32_t abi_version; /* MM_PLUGIN_ABI_VERSION */
     uint32_t struct_size; /* sizeof(mm_listener_vtable) */
+    /* Required. */
     int32_t (*init)(mm_bytes args, void **instance, mm_error_buf *err);
-    /* After the mirror flushed and committed these partitions, before they are released. */
+    /* Optional (NULL: skipped). After the mirror flushed and committed these partitions, before they are released. */
     int32_t (*before_releasing_partitions)(void *instance, const mm_partition *partitions,
                                            size_t count, mm_error_buf *err);
-    /* After a new assignment, before any of its records is fetched. */
+    /* Optional (NULL: skipped). After a new assignment, before any of its records is fetched. */
     int32_t (*before_starting_fetchers)(void *instance, mm_bytes consumer_id,
                                         const mm_partition *partitions, size_t count,
                                         mm_error_buf *err);
+    /* Optional: NULL if there is nothing to free. */
     void (*destroy)(void *instance);
 } mm_listener_vtable;
 

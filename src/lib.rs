@@ -11,23 +11,28 @@
 //!    [`native::queue`] polls the source consumer's queue, [`native::record`] is a consumed
 //!    record borrowed from librdkafka, [`native::produce`] hands records to the producer,
 //!    [`native::admin`] asks a cluster what the principal may do with topics (for `check`),
+//!    sets topic configs and reads, makes and deletes topic ACLs (for the syncs),
 //!    [`native::failpoint`] stops the process where a trial asks (SIGSTOP).
 //! 2. [`plugin`]: the host of user plugins (message handler, rebalance listener), loaded at run
 //!    time; the other module allowed `unsafe`.
 //! 3. [`settings`]: [`settings::flags`] (the command line as typed), [`settings::client`]
 //!    (librdkafka properties from TOML or `.properties` files, the no-data-loss rules),
-//!    [`settings::java`] (what Java client keys become in librdkafka), [`settings::routing`] (whitelist, target-topic template, provenance),
+//!    [`settings::java`] (what Java client keys become in librdkafka), [`settings::properties`]
+//!    (Java `.properties` files, read as Java reads them), [`settings::files`] (reading the
+//!    files flags name: regular files, size, permissions), [`settings::secrets`] (secret
+//!    values masked in what is printed), [`settings::routing`] (whitelist, target-topic template, provenance),
 //!    [`settings::exactly_once`] (what `--exactly.once true` needs), validated into
 //!    [`settings::Settings`] before any broker is contacted.
-//! 4. [`mirror`]: the data path: [`mirror::pipeline`] → [`mirror::stream`] (consume, route,
-//!    produce) → [`mirror::delivery`] → [`mirror::offsets`] → [`mirror::commit`];
-//!    [`mirror::rebalance`] and [`mirror::topics`] before partitions move; [`mirror::probe`],
-//!    [`mirror::target`], [`mirror::clients`], [`mirror::state`]. The offset mapping beside
-//!    it: [`mirror::mapping`] (segments from delivery reports, the store's records, the
-//!    translation), [`mirror::ledger`] (a stream's writes to the store and what they make
-//!    committable), [`mirror::store`] (the compacted topic on the target), and
-//!    [`mirror::groups`] (consumer groups translated and synced to the target).
-//!    Exactly once (`--exactly.once true`): [`mirror::transaction`] runs each stream instead.
+//! 4. [`mirror`]: the data path, in two wings by guarantee over what both share:
+//!    [`mirror::pipeline`] probes both clusters ([`mirror::probe`]) and runs one stream per
+//!    thread; [`mirror::at_least_once`] (the default: consume, route, produce, track, commit,
+//!    flush and commit before partitions move) and [`mirror::exactly_once`] (copy in target
+//!    transactions with each partition's progress); shared by both: [`mirror::route`],
+//!    [`mirror::subscription`], [`mirror::source`], [`mirror::flush`], [`mirror::offsets`]
+//!    (the in-flight tracker), [`mirror::target`], [`mirror::topics`], [`mirror::clients`],
+//!    [`mirror::state`]; and the offset mapping, [`mirror::mapping`] (segments, the store on
+//!    the target, translation, consumer groups synced to the target). The two wings never
+//!    import each other. Each folder's `mod.rs` maps its own files.
 //! 5. [`ops`] ([`ops::metrics`], [`ops::health`], [`ops::progress`], systemd notification in
 //!    [`ops::notify`], [`ops::logging`]) and [`tools`] ([`tools::check`], [`tools::verify`],
 //!    [`tools::demo`], [`tools::translate`], record comparison in [`tools::compare`]): they read the mirror's state

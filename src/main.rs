@@ -12,7 +12,7 @@ use clap::Parser;
 use mirror_maker::mirror::pipeline;
 use mirror_maker::mirror::state::{Control, Stats};
 use mirror_maker::native::failpoint;
-use mirror_maker::ops::{health, logging, notify, progress};
+use mirror_maker::ops::{health, logging, notify, progress, signals};
 use mirror_maker::settings::flags::{
     Cli, Command, LogFormat, MirrorArgs, TranslateArgs, VerifyArgs,
 };
@@ -175,7 +175,10 @@ fn run_mirror(args: &MirrorArgs) -> Result<Outcome, Failure> {
         .transpose()
         .map_err(usage)?;
     let progress_interval = Duration::from_millis(args.progress_interval_ms);
-    if metrics_addr.is_some() || !progress_interval.is_zero() {
+    if metrics_addr.is_some()
+        || !progress_interval.is_zero()
+        || args.max_replication_delay_ms.is_some()
+    {
         settings.enable_statistics(if progress_interval.is_zero() {
             STATISTICS_INTERVAL
         } else {
@@ -184,8 +187,18 @@ fn run_mirror(args: &MirrorArgs) -> Result<Outcome, Failure> {
     }
     let control = Arc::new(Control::new());
     let stats = Arc::new(Stats::default());
-    if let Some(addr) = metrics_addr {
-        health::serve(addr, stats.clone(), control.clone(), settings.num_streams).map_err(|e| {
+    let max_delay = args.max_replication_delay_ms.map(Duration::from_millis);
+    if let (Some(addr), Some(text)) = (metrics_addr, args.metrics_addr.as_deref()) {
+        let allowed = health::allowed_hosts(text, &args.metrics_allowed_hosts);
+        health::serve(
+            addr,
+            allowed,
+            stats.clone(),
+            control.clone(),
+            settings.options.num_streams,
+            max_delay,
+        )
+        .map_err(|e| {
             usage(format!(
                 "cannot serve metrics on --metrics.addr {addr}: {e}; choose a free address \
                      or leave the flag out"
@@ -195,13 +208,20 @@ fn run_mirror(args: &MirrorArgs) -> Result<Outcome, Failure> {
     if !progress_interval.is_zero() {
         progress::log_progress(stats.clone(), control.clone(), progress_interval);
     }
-    notify::start(stats.clone(), control.clone(), settings.num_streams);
-    watch_signals(control.clone())
-        .map_err(|e| Failure::Runtime(e.context("cannot install signal handlers")))?;
-    watch_shutdown(
+    notify::start(
+        stats.clone(),
         control.clone(),
-        settings.shutdown_timeout + SHUTDOWN_GRACE,
+        settings.options.num_streams,
+        max_delay,
+    );
+    signals::watch(control.clone()).map_err(|e| {
+        Failure::Runtime(anyhow::Error::new(e).context("cannot install signal handlers"))
+    })?;
+    signals::watch_shutdown(
+        control.clone(),
+        settings.options.shutdown_timeout + signals::SHUTDOWN_GRACE,
         args.log_format,
+        RUNTIME_FAILURE,
     );
     let summary = pipeline::run(&settings, control, stats).map_err(runtime)?;
     if summary.unacknowledged > 0 {
@@ -224,89 +244,4 @@ fn resolve_metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
         .map_err(|e| format!("--metrics.addr {text:?} is not a HOST:PORT address: {e}"))?
         .next()
         .ok_or_else(|| format!("--metrics.addr {text:?} resolves to no address"))
-}
-
-/// Beyond the flush timeout, how long closing the clients may take before the process exits
-/// anyway (what was committed stays committed).
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
-
-/// The last resort against a shutdown that hangs (a client that cannot close): once a stop is
-/// requested, the process exits 1 after `limit` whatever is still running.
-fn watch_shutdown(control: Arc<Control>, limit: Duration, format: LogFormat) {
-    let spawned = std::thread::Builder::new()
-        .name("shutdown-watchdog".into())
-        .spawn(move || {
-            while !control.stop_requested() {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            std::thread::sleep(limit);
-            logging::final_error(
-                format,
-                &format!(
-                    "shutdown did not finish within {limit:?}; exiting without waiting further"
-                ),
-            );
-            std::process::exit(RUNTIME_FAILURE.into());
-        });
-    if let Err(e) = spawned {
-        tracing::warn!("cannot start the shutdown watchdog: {e}");
-    }
-}
-
-/// How long after the first signal another one is still the same request: supervisors signal
-/// the process and its group microseconds apart (GNU `timeout`, systemd's
-/// KillMode=control-group, `docker stop` of a shell's children), a person presses Ctrl-C again.
-const SAME_REQUEST: Duration = Duration::from_secs(1);
-
-/// Exit code when a second signal ends the process without waiting for the flush.
-const EXIT_NOW: i32 = 130;
-
-/// SIGINT or SIGTERM asks the streams to stop, flush and commit; another one at least
-/// [`SAME_REQUEST`] later exits at once with 130 (what was committed stays committed; the rest
-/// is mirrored again on restart).
-fn watch_signals(control: Arc<Control>) -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()?;
-    let (mut int, mut term) = {
-        let _guard = runtime.enter();
-        (
-            signal(SignalKind::interrupt())?,
-            signal(SignalKind::terminate())?,
-        )
-    };
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                let mut first: Option<std::time::Instant> = None;
-                loop {
-                    let name = tokio::select! {
-                        _ = int.recv() => "SIGINT",
-                        _ = term.recv() => "SIGTERM",
-                    };
-                    match first {
-                        None => {
-                            first = Some(std::time::Instant::now());
-                            tracing::info!("{name}: stopping (flush, commit, exit)");
-                            notify::stopping();
-                            control.request_stop();
-                        }
-                        Some(at) if at.elapsed() < SAME_REQUEST => tracing::debug!(
-                            "{name} again within {SAME_REQUEST:?} of the first: the same stop \
-                             request"
-                        ),
-                        Some(_) => {
-                            tracing::warn!(
-                                "{name} again: exiting now without waiting for the flush \
-                                 (exit {EXIT_NOW})"
-                            );
-                            std::process::exit(EXIT_NOW);
-                        }
-                    }
-                }
-            })
-        })?;
-    Ok(())
 }

@@ -1,9 +1,16 @@
 //! User plugins, loaded at run time: a message handler and a rebalance listener.
 //!
 //! The ABI is `mirror_maker_plugin::ffi` (and `include/mirror_maker_plugin.h` for C). A library
-//! is checked at start-up (file, entry symbol, ABI version, vtable size, and an `init` with the
-//! user's arguments) so that a bad plugin is refused before anything is consumed. Each stream
-//! gets its own instance, used only from that stream's thread.
+//! is checked at start-up (its path, entry symbol, ABI version, vtable size and required
+//! functions, and an `init` with the user's arguments) so that a bad plugin is refused before
+//! anything is consumed. Each stream gets its own instance, used only from that stream's thread.
+//!
+//! What the checks cannot do: a library's constructors (`__attribute__((constructor))`, C++
+//! static initialisers, any `.init_array` entry) run inside `dlopen`, before the host can look
+//! up its entry symbol or read its ABI version; nothing can check a library before that. The
+//! defence is where the file may come from ([`trusted_path`]): a path, not a name looked up in
+//! the system's library path, to a file that only root or the running user can change or
+//! replace.
 
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
@@ -14,6 +21,21 @@ use mirror_maker_plugin::ffi;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
+    #[error("the {kind} {name:?} is a bare name, which dlopen would look up in the system's library path, not here: write ./{name} for the file in the current directory, or an absolute path")]
+    BareName { kind: &'static str, name: String },
+    #[error("refusing the {kind} {}{}: {reason}", path.display(), canonical_note(path, canonical))]
+    Untrusted {
+        kind: &'static str,
+        path: PathBuf,
+        canonical: PathBuf,
+        reason: String,
+    },
+    #[error("the {kind} {} has no `{function}` function (NULL in its vtable), which is required: see include/mirror_maker_plugin.h", path.display())]
+    MissingFunction {
+        kind: &'static str,
+        path: PathBuf,
+        function: &'static str,
+    },
     #[error("cannot load the {kind} {}: {reason}", path.display())]
     Load {
         kind: &'static str,
@@ -35,11 +57,12 @@ pub enum PluginError {
         expected: u32,
         expected_size: usize,
     },
-    #[error("the {kind} {} refused its arguments {args:?}: {message}", path.display())]
+    /// The arguments are not shown (they may hold secrets); the plugin's own message is
+    /// shown as it wrote it (the host masks the arguments in it where it reports the error).
+    #[error("the {kind} {} refused its arguments: {message}", path.display())]
     Init {
         kind: &'static str,
         path: PathBuf,
-        args: String,
         message: String,
     },
 }
@@ -88,42 +111,167 @@ impl ErrorText {
     }
 }
 
-fn load_library(kind: &'static str, path: &Path) -> Result<libloading::Library, PluginError> {
-    let load_error = |reason: String| PluginError::Load {
-        kind,
-        path: path.to_owned(),
-        reason,
-    };
-    if !path.exists() {
-        return Err(load_error("no such file".to_owned()));
+/// ` (resolved to CANONICAL)` when the path given is not the canonical one.
+fn canonical_note(path: &Path, canonical: &Path) -> String {
+    if path == canonical {
+        String::new()
+    } else {
+        format!(" (resolved to {})", canonical.display())
     }
-    // SAFETY: loading a library runs its initialisers; the user chose to run this code.
-    unsafe { libloading::Library::new(path) }.map_err(|e| load_error(e.to_string()))
 }
 
-type InitFn = unsafe extern "C" fn(ffi::Bytes, *mut *mut c_void, *mut ffi::ErrorBuf) -> i32;
-type DestroyFn = unsafe extern "C" fn(*mut c_void);
+/// The canonical path of a plugin library the user named, once it is known to be a file that
+/// only root or the running user can change or replace.
+///
+/// The rule is OpenSSH's `StrictModes` (`safe_path`: the path resolved, then the file and every
+/// directory up to `/` owned by root or the user and not writable by group or others), with the
+/// one exception Perl's `File::Temp` makes: a directory writable by others but with the sticky
+/// bit (`/tmp`, 1777) is accepted, because the sticky bit lets no one but an entry's owner, the
+/// directory's owner and root rename or remove an entry, so nobody else can replace the
+/// directory or file of ours inside it. Write access granted by an ACL shows in the group bits
+/// (the ACL mask), so it is refused as group write.
+///
+/// A bare name (no `/`) is refused: `dlopen` looks a bare name up in the system's library path,
+/// not in the current directory, so the file checked would not be the file opened.
+pub fn trusted_path(kind: &'static str, path: &Path) -> Result<PathBuf, PluginError> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+
+    if !path.as_os_str().as_bytes().contains(&b'/') {
+        return Err(PluginError::BareName {
+            kind,
+            name: path.display().to_string(),
+        });
+    }
+    let canonical = std::fs::canonicalize(path).map_err(|e| PluginError::Load {
+        kind,
+        path: path.to_owned(),
+        reason: if e.kind() == std::io::ErrorKind::NotFound {
+            "no such file".to_owned()
+        } else {
+            e.to_string()
+        },
+    })?;
+    let untrusted = |reason: String| PluginError::Untrusted {
+        kind,
+        path: path.to_owned(),
+        canonical: canonical.clone(),
+        reason,
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    for (i, p) in canonical.ancestors().enumerate() {
+        // `canonical` holds no symlink: `symlink_metadata` is the file itself.
+        let meta = std::fs::symlink_metadata(p)
+            .map_err(|e| untrusted(format!("cannot read {}: {e}", p.display())))?;
+        let what = if i == 0 { "file" } else { "directory" };
+        if i == 0 && !meta.is_file() {
+            return Err(untrusted(format!("{} is not a regular file", p.display())));
+        }
+        let mode = meta.mode() & 0o7777;
+        if meta.uid() != 0 && meta.uid() != euid {
+            return Err(untrusted(format!(
+                "{what} {} is owned by uid {}, neither root nor this process's user (uid {euid}): \
+                 its owner could replace the plugin; chown it to root or move the plugin",
+                p.display(),
+                meta.uid()
+            )));
+        }
+        let sticky_dir = i > 0 && mode & 0o1000 != 0;
+        if mode & 0o022 != 0 && !sticky_dir {
+            return Err(untrusted(format!(
+                "{what} {} is writable by group or others (mode {mode:04o}), so they could \
+                 change the plugin: chmod go-w {}, or move the plugin",
+                p.display(),
+                p.display()
+            )));
+        }
+    }
+    Ok(canonical)
+}
+
+/// Opens the library at `canonical` (checked by [`trusted_path`]); `path` is the one the user
+/// gave, for messages.
+fn load_library(
+    kind: &'static str,
+    path: &Path,
+    canonical: &Path,
+) -> Result<libloading::Library, PluginError> {
+    // SAFETY: loading a library runs its constructors, before any check of ours but the
+    // path's; the user chose to run this code, from a file only root or the user can change
+    // (`trusted_path`).
+    unsafe { libloading::Library::new(canonical) }.map_err(|e| PluginError::Load {
+        kind,
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
 
 /// What the host needs of a plugin's vtable, whatever the kind of plugin.
 pub trait VTable: Sync + 'static {
     const KIND: &'static str;
     const SYMBOL: &'static str;
+    /// The vtable's functions once the required ones are known to be there.
+    type Functions: Functions;
     /// `(abi_version, struct_size)`, the fields every ABI version keeps first.
     fn version(&self) -> (u32, u32);
-    fn init_fn(&self) -> InitFn;
-    fn destroy_fn(&self) -> DestroyFn;
+    /// The functions, or the name of the first required one that is NULL.
+    fn functions(&self) -> Result<Self::Functions, &'static str>;
+}
+
+/// A plugin's checked functions: pointers into the library, valid while it stays loaded.
+pub trait Functions: Copy + Send + Sync + 'static {
+    fn init(&self) -> ffi::InitFn;
+    fn destroy(&self) -> Option<ffi::DestroyFn>;
+}
+
+/// A message handler's functions: `init` and `handle` are required.
+#[derive(Clone, Copy)]
+pub struct HandlerFunctions {
+    init: ffi::InitFn,
+    handle: ffi::HandleFn,
+    destroy: Option<ffi::DestroyFn>,
+}
+
+impl Functions for HandlerFunctions {
+    fn init(&self) -> ffi::InitFn {
+        self.init
+    }
+    fn destroy(&self) -> Option<ffi::DestroyFn> {
+        self.destroy
+    }
 }
 
 impl VTable for ffi::HandlerVTable {
     const KIND: &'static str = "message handler";
     const SYMBOL: &'static str = ffi::HANDLER_SYMBOL;
+    type Functions = HandlerFunctions;
     fn version(&self) -> (u32, u32) {
         (self.abi_version, self.struct_size)
     }
-    fn init_fn(&self) -> InitFn {
+    fn functions(&self) -> Result<HandlerFunctions, &'static str> {
+        Ok(HandlerFunctions {
+            init: self.init.ok_or("init")?,
+            handle: self.handle.ok_or("handle")?,
+            destroy: self.destroy,
+        })
+    }
+}
+
+/// A rebalance listener's functions: only `init` is required.
+#[derive(Clone, Copy)]
+pub struct ListenerFunctions {
+    init: ffi::InitFn,
+    before_releasing_partitions: Option<ffi::ReleasingFn>,
+    before_starting_fetchers: Option<ffi::StartingFn>,
+    destroy: Option<ffi::DestroyFn>,
+}
+
+impl Functions for ListenerFunctions {
+    fn init(&self) -> ffi::InitFn {
         self.init
     }
-    fn destroy_fn(&self) -> DestroyFn {
+    fn destroy(&self) -> Option<ffi::DestroyFn> {
         self.destroy
     }
 }
@@ -131,14 +279,17 @@ impl VTable for ffi::HandlerVTable {
 impl VTable for ffi::ListenerVTable {
     const KIND: &'static str = "rebalance listener";
     const SYMBOL: &'static str = ffi::LISTENER_SYMBOL;
+    type Functions = ListenerFunctions;
     fn version(&self) -> (u32, u32) {
         (self.abi_version, self.struct_size)
     }
-    fn init_fn(&self) -> InitFn {
-        self.init
-    }
-    fn destroy_fn(&self) -> DestroyFn {
-        self.destroy
+    fn functions(&self) -> Result<ListenerFunctions, &'static str> {
+        Ok(ListenerFunctions {
+            init: self.init.ok_or("init")?,
+            before_releasing_partitions: self.before_releasing_partitions,
+            before_starting_fetchers: self.before_starting_fetchers,
+            destroy: self.destroy,
+        })
     }
 }
 
@@ -146,8 +297,8 @@ impl VTable for ffi::ListenerVTable {
 pub struct Plugin<V: VTable> {
     path: PathBuf,
     args: String,
-    /// Points into the library, which `_lib` keeps loaded as long as this lives.
-    vtable: &'static V,
+    /// Point into the library, which `_lib` keeps loaded as long as this lives.
+    functions: V::Functions,
     _lib: libloading::Library,
 }
 
@@ -161,11 +312,16 @@ impl<V: VTable> std::fmt::Debug for Plugin<V> {
 }
 
 impl<V: VTable> Plugin<V> {
-    /// Loads the library, checks its entry symbol and ABI, and tries its `init` once with
-    /// `args`, so that every way a plugin can be wrong shows before anything is consumed.
+    /// Checks where the library comes from, loads it, checks its entry symbol, ABI and
+    /// required functions, and tries its `init` once with `args`, so that every way a plugin
+    /// can be wrong shows before anything is consumed.
+    ///
+    /// The ABI checks come after the library's constructors, which `dlopen` runs: only the
+    /// path check ([`trusted_path`]) comes before any of the library's code runs.
     pub fn load(path: &Path, args: &str) -> Result<Arc<Plugin<V>>, PluginError> {
         let kind = V::KIND;
-        let lib = load_library(kind, path)?;
+        let canonical = trusted_path(kind, path)?;
+        let lib = load_library(kind, path, &canonical)?;
         let missing = || PluginError::Symbol {
             kind,
             path: path.to_owned(),
@@ -175,8 +331,10 @@ impl<V: VTable> Plugin<V> {
         let entry: libloading::Symbol<'_, unsafe extern "C" fn() -> *const V> =
             unsafe { lib.get(V::SYMBOL.as_bytes()) }.map_err(|_| missing())?;
         // SAFETY: calling the entry point as declared; a non-null result points to a static
-        // vtable in the library, which `Plugin` keeps loaded for as long as it is used.
-        let vtable: &'static V = unsafe { entry().as_ref() }.ok_or_else(missing)?;
+        // vtable in the library, read only while `lib` is loaded (and its fields past the
+        // first two only once its version and size are ours). The function pointers copied
+        // out of it stay valid as long as `Plugin` keeps `lib` loaded.
+        let vtable: &V = unsafe { entry().as_ref() }.ok_or_else(missing)?;
         let (found, size) = vtable.version();
         let expected_size = std::mem::size_of::<V>();
         if found != ffi::ABI_VERSION || size as usize != expected_size {
@@ -189,10 +347,17 @@ impl<V: VTable> Plugin<V> {
                 expected_size,
             });
         }
+        let functions = vtable
+            .functions()
+            .map_err(|function| PluginError::MissingFunction {
+                kind,
+                path: path.to_owned(),
+                function,
+            })?;
         let plugin = Arc::new(Plugin {
             path: path.to_owned(),
             args: args.to_owned(),
-            vtable,
+            functions,
             _lib: lib,
         });
         drop(plugin.new_instance()?);
@@ -209,12 +374,11 @@ impl<V: VTable> Plugin<V> {
         let args = ffi::Bytes::from_opt(Some(self.args.as_bytes()));
         // SAFETY: the plugin's `init`, called as the ABI declares; `args`, `ptr` and `err`
         // outlive the call.
-        let rc = unsafe { (self.vtable.init_fn())(args, &mut ptr, err.reset()) };
+        let rc = unsafe { (self.functions.init())(args, &mut ptr, err.reset()) };
         if rc != 0 {
             return Err(PluginError::Init {
                 kind: V::KIND,
                 path: self.path.clone(),
-                args: self.args.clone(),
                 message: err.take(),
             });
         }
@@ -233,8 +397,10 @@ struct Instance<V: VTable> {
 
 impl<V: VTable> Drop for Instance<V> {
     fn drop(&mut self) {
-        // SAFETY: made by this plugin's `init`, destroyed once.
-        unsafe { (self.plugin.vtable.destroy_fn())(self.ptr) };
+        if let Some(destroy) = self.plugin.functions.destroy() {
+            // SAFETY: made by this plugin's `init`, destroyed once.
+            unsafe { destroy(self.ptr) };
+        }
     }
 }
 
@@ -267,7 +433,8 @@ pub struct Emitted {
     pub partition: Option<i32>,
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
-    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    /// Names as bytes: Kafka does not require a header name to be UTF-8.
+    pub headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     pub timestamp: Option<i64>,
 }
 
@@ -312,7 +479,7 @@ impl Handler {
         // SAFETY: the vtable's `handle` as the ABI declares; `record`, the headers it points
         // to, the emit context and the error buffer all outlive the call.
         let rc = unsafe {
-            (self.instance.plugin.vtable.handle)(
+            (self.instance.plugin.functions.handle)(
                 self.instance.ptr,
                 &record,
                 copy_emitted,
@@ -346,11 +513,12 @@ unsafe extern "C" fn copy_emitted(ctx: *mut c_void, record: *const ffi::Record) 
         };
         let mut copied_headers = Vec::with_capacity(headers.len());
         for h in headers {
-            // SAFETY: valid views for the call.
-            let key = std::str::from_utf8(unsafe { h.key.as_opt() }?).ok()?;
+            // SAFETY: valid views for the call. A name is any bytes (never null), as on the
+            // wire.
+            let key = unsafe { h.key.as_opt() }?;
             // SAFETY: as above.
             copied_headers.push((
-                key.to_owned(),
+                key.to_vec(),
                 unsafe { h.value.as_opt() }.map(<[u8]>::to_vec),
             ));
         }
@@ -398,17 +566,13 @@ impl Listener {
         &mut self,
         partitions: &[(String, i32)],
     ) -> Result<(), String> {
+        let Some(f) = self.instance.plugin.functions.before_releasing_partitions else {
+            return Ok(());
+        };
         let raw = raw_partitions(partitions);
         // SAFETY: the vtable's function as the ABI declares; `raw` (and the strings it views)
         // and the error buffer outlive the call.
-        let rc = unsafe {
-            (self.instance.plugin.vtable.before_releasing_partitions)(
-                self.instance.ptr,
-                raw.as_ptr(),
-                raw.len(),
-                self.err.reset(),
-            )
-        };
+        let rc = unsafe { f(self.instance.ptr, raw.as_ptr(), raw.len(), self.err.reset()) };
         if rc == 0 {
             Ok(())
         } else {
@@ -421,10 +585,13 @@ impl Listener {
         consumer_id: &str,
         partitions: &[(String, i32)],
     ) -> Result<(), String> {
+        let Some(f) = self.instance.plugin.functions.before_starting_fetchers else {
+            return Ok(());
+        };
         let raw = raw_partitions(partitions);
         // SAFETY: as above.
         let rc = unsafe {
-            (self.instance.plugin.vtable.before_starting_fetchers)(
+            f(
                 self.instance.ptr,
                 ffi::Bytes::from_opt(Some(consumer_id.as_bytes())),
                 raw.as_ptr(),
@@ -437,5 +604,30 @@ impl Listener {
         } else {
             Err(self.err.take())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plugin_named_without_a_slash_is_refused_before_the_file_system_is_asked() {
+        let e = trusted_path("message handler", Path::new("libc.so.6")).unwrap_err();
+        assert!(matches!(e, PluginError::BareName { .. }), "{e}");
+        assert!(e.to_string().contains("./libc.so.6"), "{e}");
+    }
+
+    #[test]
+    fn the_path_checked_and_opened_is_the_symlinks_target() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("libreal.so");
+        std::fs::write(&file, b"").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let link = dir.path().join("liblink.so");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let canonical = trusted_path("message handler", &link).unwrap();
+        assert_eq!(canonical, std::fs::canonicalize(&file).unwrap());
     }
 }

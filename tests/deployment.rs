@@ -1,6 +1,7 @@
-//! What ships for deployment and cannot run here (no systemd as init, no Docker engine) is
-//! checked as far as it can be: the systemd unit with systemd's own verifier, the compose file
-//! and Dockerfile by reading them, the example configs by loading them as a mirror would.
+//! What ships for deployment, checked by reading it: the systemd unit with systemd's own
+//! verifier (no systemd as init here), the compose file and the Dockerfiles by reading them
+//! (tests/container.rs builds and runs the image with podman), the example configs by loading
+//! them as a mirror would.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,8 +13,72 @@ fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
+/// Loads an example config as the mirror would, from a private copy: a checkout made under
+/// umask 002 leaves the repository's files group-writable, which the mirror refuses.
+fn load_example(role: Role, path: &Path) -> Result<ClientProps, String> {
+    let dir = mirror_test_harness::tempdir();
+    let copy = dir.path().join(path.file_name().expect("a file name"));
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    mirror_test_harness::write_private(&copy, bytes);
+    ClientProps::load(role, &copy).map_err(|e| e.to_string())
+}
+
 fn read(path: &str) -> String {
     std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The hardening directives beyond the sandbox basics, each a line of the unit.
+const HARDENING: &[&str] = &[
+    "PrivateUsers=yes",
+    "ProtectProc=invisible",
+    "ProcSubset=pid",
+    "MemoryDenyWriteExecute=yes",
+    "SystemCallFilter=~@privileged @resources",
+    "SystemCallErrorNumber=EPERM",
+    "UMask=0077",
+    "LimitCORE=0",
+];
+
+/// The unit, with its binary paths pointed at the one just built (the verifier wants the
+/// binaries to exist), in a temporary directory kept as long as the first value lives.
+fn unit_with_built_binary() -> (tempfile::TempDir, PathBuf) {
+    let dir = mirror_test_harness::tempdir();
+    let path = dir.path().join("mirror-maker.service");
+    std::fs::write(
+        &path,
+        read("config/mirror-maker.service").replace(
+            "/usr/local/bin/mirror-maker",
+            env!("CARGO_BIN_EXE_mirror-maker"),
+        ),
+    )
+    .unwrap();
+    (dir, path)
+}
+
+/// What `systemd-analyze security --offline=yes` rated the unit when its hardening was last
+/// reviewed (1.8 before the block of `HARDENING`); 0 is best, 10 worst.
+const EXPOSURE_AT_MOST: f64 = 1.2;
+
+#[test]
+fn the_systemd_units_exposure_stays_at_most_its_reviewed_score() {
+    let (_dir, path) = unit_with_built_binary();
+    let out = Command::new("systemd-analyze")
+        .args(["security", "--offline=yes", "--man=no", "--no-pager"])
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze (Debian package systemd; scripts/test installs it)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let score: f64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("→ Overall exposure level for mirror-maker.service: "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no overall exposure level:\n{stdout}\n{stderr}"));
+    assert!(
+        score <= EXPOSURE_AT_MOST,
+        "exposure {score} > {EXPOSURE_AT_MOST}: a hardening line was lost or weakened\n{stdout}"
+    );
 }
 
 #[test]
@@ -23,17 +88,38 @@ fn the_systemd_unit_passes_systemds_verifier() {
     assert!(unit.contains("ExecStartPre=/usr/local/bin/mirror-maker check"));
     assert!(unit.contains("WatchdogSec="));
     assert!(unit.contains("RestartPreventExitStatus=2"));
-    // The verifier wants the binaries to exist: point them at the one just built.
-    let dir = mirror_test_harness::tempdir();
-    let path = dir.path().join("mirror-maker.service");
-    std::fs::write(
-        &path,
-        unit.replace(
-            "/usr/local/bin/mirror-maker",
-            env!("CARGO_BIN_EXE_mirror-maker"),
-        ),
-    )
-    .unwrap();
+    for directive in HARDENING {
+        assert!(
+            unit.lines().any(|l| l == *directive),
+            "{directive} is not a line of the unit"
+        );
+    }
+    // The configs stay root-only: systemd hands them to the dynamic user as credentials, and
+    // both the check and the mirror read them from the credentials directory.
+    assert!(unit.contains("\nDynamicUser=yes\n"));
+    for file in ["consumer.toml", "producer.toml"] {
+        assert!(
+            unit.contains(&format!(
+                "\nLoadCredential={file}:/etc/mirror-maker/{file}\n"
+            )),
+            "no LoadCredential for {file}"
+        );
+        let flag = if file == "consumer.toml" {
+            "--consumer.config"
+        } else {
+            "--producer.config"
+        };
+        assert_eq!(
+            unit.matches(&format!("{flag} %d/{file}")).count(),
+            2,
+            "ExecStartPre and ExecStart read {flag} from %d"
+        );
+        assert!(
+            !unit.contains(&format!("{flag} /etc/")),
+            "{flag} reads /etc"
+        );
+    }
+    let (_dir, path) = unit_with_built_binary();
     let out = Command::new("systemd-analyze")
         .args(["verify", "--man=no"])
         .arg(&path)
@@ -128,17 +214,19 @@ fn the_compose_file_wires_two_kraft_clusters_a_producer_and_the_mirror() {
         strings(&mirror["volumes"]),
         ["./config:/etc/mirror-maker:ro"]
     );
-    assert_eq!(strings(&mirror["ports"]), ["9464:9464"]);
+    assert_eq!(mirror["image"].as_str(), Some("mirror-maker:local"));
+    // The metrics and health endpoints are unauthenticated: the host's loopback only.
+    assert_eq!(strings(&mirror["ports"]), ["127.0.0.1:9464:9464"]);
     let args = strings(&mirror["command"]);
     let arg = |flag: &str| args[args.iter().position(|a| a == flag).unwrap() + 1].clone();
     // The mirror's configs are the repository's, mounted read-only, and point at the
     // compose services; its whitelist takes the producer's topic.
-    let consumer = ClientProps::load(
+    let consumer = load_example(
         Role::Consumer,
         &repo(&arg("--consumer.config").replace("/etc/mirror-maker", "config")),
     )
     .unwrap();
-    let target = ClientProps::load(
+    let target = load_example(
         Role::Producer,
         &repo(&arg("--producer.config").replace("/etc/mirror-maker", "config")),
     )
@@ -148,7 +236,7 @@ fn the_compose_file_wires_two_kraft_clusters_a_producer_and_the_mirror() {
     let whitelist = mirror_maker::settings::routing::TopicFilter::new(&arg("--whitelist")).unwrap();
     assert!(whitelist.matches(topic), "{topic}");
     assert_eq!(arg("--metrics.addr"), "0.0.0.0:9464");
-    // Issue 16 #12: `docker compose stop` waits long enough for the flush (up to
+    // `docker compose stop` waits long enough for the flush (up to
     // --shutdown.timeout.ms) and the close after it (up to 30 s more) before SIGKILL; Docker's
     // default is 10 s.
     let grace = mirror["stop_grace_period"]
@@ -170,6 +258,15 @@ fn the_compose_file_wires_two_kraft_clusters_a_producer_and_the_mirror() {
     );
 }
 
+/// The default of `ARG name=...` in a Dockerfile.
+fn build_arg(dockerfile: &str, name: &str) -> String {
+    dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("ARG {name}=")))
+        .unwrap_or_else(|| panic!("no ARG {name}=<default>"))
+        .to_owned()
+}
+
 #[test]
 fn the_dockerfile_builds_in_its_own_stage_and_runs_small_and_unprivileged() {
     let dockerfile = read("Dockerfile");
@@ -178,21 +275,57 @@ fn the_dockerfile_builds_in_its_own_stage_and_runs_small_and_unprivileged() {
         .filter(|l| l.starts_with("FROM "))
         .collect();
     assert_eq!(froms.len(), 2, "multi-stage: {froms:?}");
-    assert!(froms[0].contains(" AS build"));
-    assert!(
-        froms[1].contains("-slim"),
-        "small runtime image: {}",
-        froms[1]
+    // The base images are build arguments whose defaults are what users pull.
+    assert_eq!(froms[0], "FROM ${BUILD_IMAGE} AS build");
+    assert_eq!(froms[1], "FROM ${RUNTIME_IMAGE}");
+    assert_eq!(build_arg(&dockerfile, "BUILD_IMAGE"), "rust:1-bookworm");
+    assert_eq!(
+        build_arg(&dockerfile, "RUNTIME_IMAGE"),
+        "debian:bookworm-slim"
     );
     let user = dockerfile
         .lines()
         .rfind(|l| l.starts_with("USER "))
         .expect("a USER line");
-    assert_ne!(user.trim(), "USER root");
-    assert_ne!(user.trim(), "USER 0");
+    assert_eq!(user.trim(), "USER 10001");
     assert!(dockerfile.contains("--bin mirror-maker"));
     assert!(dockerfile.contains("EXPOSE 9464"));
-    assert!(read(".dockerignore").lines().any(|l| l.trim() == "target"));
+    assert!(dockerfile.contains("\nHEALTHCHECK ") && dockerfile.contains("/health/ready"));
+    let ignored = read(".dockerignore");
+    for kept_out in ["target", ".git", "config", "**/*.pem", "**/*.key"] {
+        assert!(
+            ignored.lines().any(|l| l.trim() == kept_out),
+            ".dockerignore lacks {kept_out}"
+        );
+    }
+}
+
+/// The image the container test builds (tests/container.rs) is the image users build: after
+/// its FROM, Dockerfile.prebuilt is the Dockerfile's runtime stage line for line, but the COPY
+/// of the binary.
+#[test]
+fn the_prebuilt_dockerfile_is_the_dockerfiles_runtime_stage() {
+    let runtime_stage = |text: &str| -> Vec<String> {
+        text.lines()
+            .skip_while(|l| *l != "FROM ${RUNTIME_IMAGE}")
+            .map(|l| {
+                l.replace(
+                    "COPY --from=build /src/target/release/mirror-maker ",
+                    "COPY mirror-maker ",
+                )
+            })
+            .collect()
+    };
+    let dockerfile = read("Dockerfile");
+    let prebuilt = read("Dockerfile.prebuilt");
+    let stage = runtime_stage(&dockerfile);
+    assert!(stage.len() > 5, "no runtime stage in the Dockerfile");
+    assert_eq!(runtime_stage(&prebuilt), stage);
+    assert_eq!(
+        build_arg(&prebuilt, "RUNTIME_IMAGE"),
+        build_arg(&dockerfile, "RUNTIME_IMAGE")
+    );
+    assert!(stage.contains(&"COPY mirror-maker /usr/local/bin/mirror-maker".to_owned()));
 }
 
 #[test]
@@ -214,8 +347,8 @@ fn every_example_config_loads_and_passes_the_no_data_loss_rules() {
             } else {
                 continue;
             };
-            let mut props = ClientProps::load(role, &path)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let mut props =
+                load_example(role, &path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             // The certificate and key files the examples name exist only where the mirror is
             // deployed; validation makes the client, which reads them (exit 2 if it cannot).
             props.props.retain(|k, _| !k.ends_with(".location"));

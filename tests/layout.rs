@@ -1,6 +1,7 @@
 //! The module layout holds: no module imports one from a layer above its own, no import
-//! circle among the crate's files, `src/lib.rs`'s map names every module, and `unsafe` is
-//! allowed only on the FFI modules. (The compiler enforces `unsafe_code = "deny"` elsewhere;
+//! circle among the crate's files (brace imports read too), every module map (`src/lib.rs`, each
+//! `mod.rs`) names all its modules, the data path's two wings never import each other, and
+//! `unsafe` is allowed only on the FFI modules. (The compiler enforces `unsafe_code = "deny"` elsewhere;
 //! this test keeps the allowances themselves from spreading.)
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -34,7 +35,9 @@ fn modules() -> BTreeMap<String, String> {
                 .components()
                 .map(|c| c.as_os_str().to_string_lossy().into_owned())
                 .collect();
-            if parts == ["main"] {
+            // main.rs is the binary; a `tests.rs` is a module's unit tests, not a module of
+            // the layout.
+            if parts == ["main"] || parts.last().is_some_and(|p| p == "tests") {
                 continue;
             }
             if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
@@ -53,30 +56,95 @@ fn modules() -> BTreeMap<String, String> {
     out
 }
 
-/// The modules `code` (of module `name`) names through `crate::` or `super::`.
+/// The paths a `use` tree names from the start of `rest` (just after `crate::` or `super::`):
+/// `a::b` names itself, `a::{b, c::{d, e}}` names `a::b`, `a::c::d` and `a::c::e`.
+fn use_paths(rest: &str) -> Vec<String> {
+    let path: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+        .collect();
+    let after = rest[path.len()..].trim_start();
+    if !(path.is_empty() || path.ends_with("::")) || !after.starts_with('{') {
+        return vec![path.trim_end_matches(':').to_owned()];
+    }
+    // The brace group, up to its matching `}`, split at its top-level commas.
+    let mut depth = 0;
+    let mut items = vec![String::new()];
+    for c in after[1..].chars() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(String::new());
+                continue;
+            }
+            _ => {}
+        }
+        items.last_mut().unwrap().push(c);
+    }
+    items
+        .iter()
+        .map(|item| item.trim())
+        .filter(|item| !item.is_empty())
+        .flat_map(|item| use_paths(item).into_iter().map(|p| format!("{path}{p}")))
+        .collect()
+}
+
+/// The modules `code` (of module `name`) names through `crate::` or `super::`, brace groups
+/// included.
 fn imports(name: &str, code: &str, known: &BTreeSet<String>) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     let parent = name.rsplit_once("::").map_or("", |(p, _)| p);
     for (prefix, base) in [("crate::", ""), ("super::", parent)] {
         for (at, _) in code.match_indices(prefix) {
-            let rest = &code[at + prefix.len()..];
-            let path: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
-                .collect();
-            let mut full: Vec<&str> = base.split("::").filter(|s| !s.is_empty()).collect();
-            full.extend(path.split("::").filter(|s| !s.is_empty()));
-            // The longest prefix that is a module.
-            while !full.is_empty() && !known.contains(&full.join("::")) {
-                full.pop();
+            // `super::super::x`: read from the last `super::`.
+            if prefix == "super::" && code[..at].ends_with("super::") {
+                continue;
             }
-            let target = full.join("::");
-            if !target.is_empty() && target != name && !name.starts_with(&format!("{target}::")) {
-                found.insert(target);
+            for path in use_paths(&code[at + prefix.len()..]) {
+                let mut base: Vec<&str> = base.split("::").filter(|s| !s.is_empty()).collect();
+                let mut path = path.as_str();
+                while let Some(rest) = path.strip_prefix("super::") {
+                    base.pop();
+                    path = rest;
+                }
+                let mut full = base;
+                full.extend(path.split("::").filter(|s| !s.is_empty() && *s != "self"));
+                // The longest prefix that is a module.
+                while !full.is_empty() && !known.contains(&full.join("::")) {
+                    full.pop();
+                }
+                let target = full.join("::");
+                if !target.is_empty() && target != name && !name.starts_with(&format!("{target}::"))
+                {
+                    found.insert(target);
+                }
             }
         }
     }
     found
+}
+
+#[test]
+fn brace_imports_are_read() {
+    let known: BTreeSet<String> = [
+        "mirror",
+        "mirror::a",
+        "mirror::b",
+        "mirror::c",
+        "mirror::c::d",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    let code = "use super::{a::X, b};\nuse crate::mirror::{c::{d::Y, Z}};";
+    let found = imports("mirror::e", code, &known);
+    let expected: BTreeSet<String> = ["mirror::a", "mirror::b", "mirror::c", "mirror::c::d"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(found, expected);
 }
 
 fn layer(module: &str) -> u8 {
@@ -146,17 +214,55 @@ fn there_is_no_import_circle() {
 }
 
 #[test]
-fn the_module_map_names_every_module() {
+fn every_map_names_all_its_modules() {
     let modules = modules();
-    let full =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
-    let missing: Vec<&String> = modules
-        .keys()
-        .filter(|m| !m.is_empty() && !full.contains(&format!("[`{m}`]")))
-        .collect();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut missing = Vec::new();
+    for name in modules.keys().filter(|m| !m.is_empty()) {
+        // The map of a module's parent: src/lib.rs, or the parent's mod.rs.
+        let (parent, child) = name.rsplit_once("::").unwrap_or(("", name));
+        let map = if parent.is_empty() {
+            src.join("lib.rs")
+        } else {
+            src.join(parent.replace("::", "/")).join("mod.rs")
+        };
+        let text = std::fs::read_to_string(&map).unwrap();
+        if !text.contains(&format!("[`{child}`]")) && !text.contains(&format!("::{child}`]")) {
+            missing.push(format!("{} does not name {name}", map.display()));
+        }
+    }
+    assert!(missing.is_empty(), "module maps out of date: {missing:#?}");
+}
+
+/// The guarantee wings of the data path: neither imports the other; what both need lives in
+/// `mirror` itself.
+const WINGS: [&str; 3] = [
+    "mirror::at_least_once",
+    "mirror::exactly_once",
+    "mirror::batches",
+];
+
+#[test]
+fn the_wings_never_import_each_other() {
+    let modules = modules();
+    let known: BTreeSet<String> = modules.keys().cloned().collect();
+    let wing = |m: &str| {
+        WINGS
+            .iter()
+            .position(|w| m == *w || m.starts_with(&format!("{w}::")))
+    };
+    let mut crossing = Vec::new();
+    for (name, code) in &modules {
+        let Some(own) = wing(name) else { continue };
+        for target in imports(name, code, &known) {
+            if wing(&target).is_some_and(|other| other != own) {
+                crossing.push(format!("{name} imports {target}"));
+            }
+        }
+    }
     assert!(
-        missing.is_empty(),
-        "src/lib.rs's map does not name {missing:?}"
+        crossing.is_empty(),
+        "one wing imports the other: {crossing:#?}"
     );
 }
 

@@ -12,7 +12,6 @@ const TOPIC: &str = "orders";
 /// The second topic of the mirror (2 partitions beside `orders`' 4).
 const OTHER: &str = "payments";
 const WHITELIST: &str = "orders|payments";
-const ARGS: &[&str] = &["--num.streams", "2", "--offset.commit.interval.ms", "300"];
 
 fn clusters() -> MockPair {
     let clusters = MockPair::new(TOPIC, 4);
@@ -22,11 +21,13 @@ fn clusters() -> MockPair {
 }
 
 fn start(clusters: &MockPair, env: &[(&str, &str)]) -> Mirror {
-    let dir = tempdir();
-    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
-    let mut mirror = Mirror::start_with_env(&c, &p, WHITELIST, ARGS, env);
-    mirror._configs = Some(dir);
-    mirror
+    clusters
+        .mirror()
+        .whitelist(WHITELIST)
+        .streams(2)
+        .commit_ms(300)
+        .env(env)
+        .start()
 }
 
 fn assigned(mirror: &Mirror) -> bool {
@@ -84,6 +85,7 @@ fn stops_at_any_point_of_a_join_or_a_rebalance_exit_0_and_lose_nothing() {
     // Stops while the streams join (the mock's first join takes about 3 s) and just after.
     for (i, ms) in [300, 2400, 2900, 3300, 3800, 5000].into_iter().enumerate() {
         let mut mirror = start(&clusters, &[]);
+        // Not a condition: the stop point, ms into the join, is the scenario.
         std::thread::sleep(Duration::from_millis(ms));
         let signal = if i % 2 == 0 { "INT" } else { "TERM" };
         stop_cleanly(&mut mirror, signal, &format!("stop {ms} ms into a join"));
@@ -97,6 +99,7 @@ fn stops_at_any_point_of_a_join_or_a_rebalance_exit_0_and_lose_nothing() {
             assigned(&first) || !first.is_running()
         });
         let mut second = start(&clusters, &[]);
+        // Not a condition: the stop point, ms into the rebalance, is the scenario.
         std::thread::sleep(Duration::from_millis(ms));
         let (a, b) = if i % 2 == 0 {
             ("TERM", "INT")
@@ -104,6 +107,7 @@ fn stops_at_any_point_of_a_join_or_a_rebalance_exit_0_and_lose_nothing() {
             ("INT", "TERM")
         };
         stop_cleanly(&mut first, a, &format!("first, {ms} ms into a rebalance"));
+        // Not a condition: the second stop point, while the first leaves.
         std::thread::sleep(Duration::from_millis(ms / 2));
         stop_cleanly(&mut second, b, &format!("second, {ms} ms after the first"));
     }
@@ -145,6 +149,7 @@ fn under_valgrind_joins_rebalances_and_stops_without_a_memory_error() {
     wait_until(VALGRIND_PATIENCE, "the streams to subscribe", || {
         mirror.log().contains("subscribed") || !mirror.is_running()
     });
+    // Not a condition: the stop point, 1.5 s into the join.
     std::thread::sleep(Duration::from_millis(1500));
     stop_cleanly(&mut mirror, "INT", "valgrind: a stop during the join");
 
@@ -153,8 +158,10 @@ fn under_valgrind_joins_rebalances_and_stops_without_a_memory_error() {
     wait_until(VALGRIND_PATIENCE, "an assignment", || {
         assigned(&mirror) || !mirror.is_running()
     });
+    // Not a condition: the mirror copies a while before the rebalance.
     std::thread::sleep(Duration::from_secs(2));
     let mut other = start(&clusters, &[]);
+    // Not a condition: the stop point, 1.5 s into the rebalance.
     std::thread::sleep(Duration::from_millis(1500));
     stop_cleanly(&mut mirror, "TERM", "valgrind: a stop during a rebalance");
     stop_cleanly(&mut other, "TERM", "the instance beside valgrind's");
@@ -168,6 +175,7 @@ fn under_valgrind_joins_rebalances_and_stops_without_a_memory_error() {
     wait_until(VALGRIND_PATIENCE, "an assignment", || {
         assigned(&mirror) || !mirror.is_running()
     });
+    // Not a condition: the stop point, a second after the join.
     std::thread::sleep(Duration::from_secs(1));
     stop_cleanly(
         &mut mirror,

@@ -1,5 +1,5 @@
 //! End to end against tansu, an independent Kafka implementation: one broker as the source,
-//! one as the target. tansu's high watermarks are wrong (tests/README.md), so completion is
+//! one as the target. tansu's high watermarks are wrong (docs/testing.md), so completion is
 //! judged from committed offsets and records are read until quiet.
 
 use std::time::Duration;
@@ -24,16 +24,16 @@ fn every_field_is_copied_and_a_restarted_mirror_resumes_from_its_commits() {
     create_topic(&target.bootstrap, TOPIC, PARTITIONS);
     let dir = tempdir();
     let (c, p) = mirror_configs(dir.path(), &source.bootstrap, &target.bootstrap, &[], &[]);
-    let args = ["--offset.commit.interval.ms", "300"];
+    let mirror = Mirror::with_configs(&c, &p).whitelist(TOPIC).commit_ms(300);
 
     write_samples(&source.bootstrap, TOPIC, 0..600, PARTITIONS, 40).unwrap();
-    let mut first = Mirror::start(&c, &p, TOPIC, &args);
+    let mut first = mirror.start();
     wait_committed(&mut first, &source.bootstrap, TOPIC, PARTITIONS, 600);
     assert_eq!(first.stop().code(), Some(0), "log:\n{}", first.log());
 
     // Records written while no mirror runs are picked up from the committed offsets.
     write_samples(&source.bootstrap, TOPIC, 600..1200, PARTITIONS, 40).unwrap();
-    let mut second = Mirror::start(&c, &p, TOPIC, &args);
+    let mut second = mirror.start();
     wait_committed(&mut second, &source.bootstrap, TOPIC, PARTITIONS, 1200);
     assert_eq!(second.stop().code(), Some(0), "log:\n{}", second.log());
     assert_eq!(
@@ -78,19 +78,11 @@ fn a_message_handler_renames_and_tags_records_on_tansu() {
     let dir = tempdir();
     let (c, p) = mirror_configs(dir.path(), &source.bootstrap, &target.bootstrap, &[], &[]);
     write_samples(&source.bootstrap, TOPIC, 0..400, PARTITIONS, 40).unwrap();
-    let mut mirror = Mirror::start(
-        &c,
-        &p,
-        TOPIC,
-        &[
-            "--offset.commit.interval.ms",
-            "300",
-            "--message.handler",
-            lib.to_str().unwrap(),
-            "--message.handler.args",
-            "topic=eu.{topic};header=mirror-source:tansu",
-        ],
-    );
+    let mut mirror = Mirror::with_configs(&c, &p)
+        .whitelist(TOPIC)
+        .commit_ms(300)
+        .handler(&lib, "topic=eu.{topic};header=mirror-source:tansu")
+        .start();
     wait_committed(&mut mirror, &source.bootstrap, TOPIC, PARTITIONS, 400);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     for partition in 0..PARTITIONS {

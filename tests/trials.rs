@@ -1,7 +1,7 @@
 //! Reliability trials on librdkafka's mock cluster, where it gives what Apache Kafka cannot:
 //! injected error codes, round-trip times, brokers down on demand. (Hard kills and clean
-//! hand-overs are proven on Kafka itself: tests/kafka_trials.rs.) Each prints the figures the
-//! README's "Guarantees and how we test them" section reports.
+//! hand-overs are proven on Kafka itself: tests/kafka_trials.rs.) Each prints the figures
+//! docs/guarantees.md reports.
 
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ fn coordinator_errors_on_commit_are_retried_without_loss() {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS,
         ],
     );
-    let mut mirror = clusters.start(&[], &[], &["--offset.commit.interval.ms", "200"]);
+    let mut mirror = clusters.mirror().commit_ms(200).start();
     wait_committed(&mut mirror, &clusters.src(), TOPIC, 4, 4000);
     assert!(mirror.is_running(), "the mirror gave up on commit errors");
     assert_eq!(mirror.stop().code(), Some(0));
@@ -36,9 +36,10 @@ fn coordinator_errors_on_commit_are_retried_without_loss() {
 fn a_source_outage_is_waited_out_without_loss() {
     let clusters = MockPair::new(TOPIC, 4);
     clusters.write(0..2000);
-    let mut mirror = clusters.start(&[], &[], &["--offset.commit.interval.ms", "200"]);
+    let mut mirror = clusters.mirror().commit_ms(200).start();
     wait_committed(&mut mirror, &clusters.src(), TOPIC, 4, 2000);
     clusters.source.broker_down(1).unwrap();
+    // Not a condition: the outage itself, which the mirror must wait out.
     std::thread::sleep(Duration::from_secs(5));
     assert!(
         mirror.is_running(),
@@ -76,16 +77,18 @@ fn memory_stays_bounded_while_a_slow_target_falls_behind() {
         .broker_round_trip_time(1, Duration::from_millis(1000))
         .unwrap();
     // Bounds from configuration: 16 MiB of prefetch, 32 MiB of producer queue.
-    let mut mirror = clusters.start(
-        &[("queued.max.messages.kbytes", "16384")],
-        &[("queue.buffering.max.kbytes", "32768")],
-        &["--offset.commit.interval.ms", "500"],
-    );
+    let mut mirror = clusters
+        .mirror()
+        .consumer(&[("queued.max.messages.kbytes", "16384")])
+        .producer(&[("queue.buffering.max.kbytes", "32768")])
+        .commit_ms(500)
+        .start();
     let mut peak = 0;
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(20) {
         assert!(mirror.is_running(), "log:\n{}", mirror.log());
         peak = peak.max(rss_kib(mirror.pid()).unwrap_or(0));
+        // Not a condition: the sampling interval of the 20 s under load.
         std::thread::sleep(Duration::from_millis(100));
     }
     let committed = committed_total(&clusters.src(), TOPIC, 48);
@@ -183,19 +186,12 @@ fn a_source_topic_that_disappears_is_dropped_and_picked_up_again() {
     clusters.target.create_topic("orders.other", 2, 1).unwrap();
     clusters.write(0..500);
     write_samples(&clusters.src(), "orders.other", 0..500, 2, 50).unwrap();
-    let dir = tempdir();
-    let (c, p) = mirror_configs(dir.path(), &clusters.src(), &clusters.dst(), &[], &[]);
-    let mut mirror = Mirror::start(
-        &c,
-        &p,
-        "orders.*",
-        &[
-            "--offset.commit.interval.ms",
-            "200",
-            "--topic.refresh.interval.ms",
-            "500",
-        ],
-    );
+    let mut mirror = clusters
+        .mirror()
+        .whitelist("orders.*")
+        .commit_ms(200)
+        .topic_refresh_ms(500)
+        .start();
     wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 500);
     clusters
         .source
@@ -242,16 +238,12 @@ fn broker_refusals_in_skip_mode_drop_exactly_what_is_logged() {
         ],
     );
     // Small batches, so that the refused requests hold only some of the records.
-    let mut mirror = clusters.start(
-        &[],
-        &[("batch.num.messages", "10")],
-        &[
-            "--abort.on.send.failure",
-            "false",
-            "--offset.commit.interval.ms",
-            "200",
-        ],
-    );
+    let mut mirror = clusters
+        .mirror()
+        .producer(&[("batch.num.messages", "10")])
+        .flag("--abort.on.send.failure", "false")
+        .commit_ms(200)
+        .start();
     wait_committed(&mut mirror, &clusters.src(), TOPIC, 1, 300);
     assert_eq!(mirror.stop().code(), Some(0));
     let log = mirror.log();

@@ -79,6 +79,22 @@ fn an_intact_copy_passes() {
 }
 
 #[test]
+fn a_copy_whose_header_names_are_not_utf8_passes() {
+    let clusters = MockPair::new(TOPIC, PARTITIONS);
+    let headers = vec![(b"caf\xe9".to_vec(), Some(b"latin-1 name".to_vec()))];
+    write_with_raw_headers(&clusters.src(), TOPIC, 0, 10, &headers);
+    clusters.mirror_until_committed(&[], 10);
+    let out = run_verify(&clusters, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn a_removed_record_is_missing() {
     let clusters = clusters_with_source();
     copy_samples(&clusters, (0..200).filter(|&i| i != 17));
@@ -281,7 +297,7 @@ fn run_verify_args(clusters: &MockPair, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// Issue 16 #2: a whitelist that matches nothing checks nothing, and that is not a pass.
+/// A whitelist that matches nothing checks nothing, and that is not a pass.
 #[test]
 fn a_whitelist_that_matches_nothing_fails_and_says_so() {
     let clusters = clusters_with_source();
@@ -296,7 +312,7 @@ fn a_whitelist_that_matches_nothing_fails_and_says_so() {
     assert!(!stdout.contains("OK"), "{stdout}");
 }
 
-/// Issue 16 #2: `--until committed` with a group that never committed checks nothing.
+/// `--until committed` with a group that never committed checks nothing.
 #[test]
 fn until_committed_with_a_group_that_never_committed_fails_and_says_so() {
     let clusters = clusters_with_source();
@@ -313,7 +329,7 @@ fn until_committed_with_a_group_that_never_committed_fails_and_says_so() {
     assert_eq!(json["ok"], false, "{json}");
 }
 
-/// Issue 16 #2: identical records (null key and value, same timestamp) of one source partition
+/// Identical records (null key and value, same timestamp) of one source partition
 /// spread over target partitions by hash partitioning are not an ordering error: which copy
 /// stands for which source record cannot be told.
 #[test]
@@ -352,7 +368,7 @@ fn identical_records_spread_by_hash_partitioning_are_not_out_of_order() {
     assert_eq!(out.status.code(), Some(0), "{json}");
 }
 
-/// Issue 16 #11: reaching the end of a partition is normal; verify prints no error line for it
+/// Reaching the end of a partition is normal; verify prints no error line for it
 /// (librdkafka's PartitionEOF), whatever it finds.
 #[test]
 fn reaching_the_end_of_a_partition_prints_no_error() {
@@ -373,7 +389,7 @@ fn reaching_the_end_of_a_partition_prints_no_error() {
     }
 }
 
-/// Issue 16 #2: a matching topic with no records has nothing for the group to commit; with
+/// A matching topic with no records has nothing for the group to commit; with
 /// `--until committed` it is not a topic left unchecked (the others are checked).
 #[test]
 fn an_empty_topic_without_commits_is_not_a_failure_of_until_committed() {

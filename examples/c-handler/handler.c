@@ -5,7 +5,10 @@
  *   cc -shared -fPIC -I include -o libc_handler.so examples/c-handler/handler.c
  *   mirror-maker ... --message.handler ./libc_handler.so
  *
- * The args name the header value (default "c").
+ * The args name the header value (default "c"). A record may have any number of headers
+ * (Kafka sets no limit): the handler keeps one buffer per instance, grown when a record has
+ * more headers than any before it, so a record costs no allocation once the buffer is large
+ * enough. Header names are bytes and are copied as they are (Kafka does not require UTF-8).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,11 +20,12 @@
 #define ABI_VERSION MM_PLUGIN_ABI_VERSION
 #endif
 
-#define MAX_HEADERS 64
-
 struct handler {
     char value[64];
     size_t value_len;
+    /* The output headers: the record's own and ours; room for `capacity` of them. */
+    mm_header *headers;
+    size_t capacity;
 };
 
 static void set_error(mm_error_buf *err, const char *message) {
@@ -55,12 +59,26 @@ static int32_t init(mm_bytes args, void **instance, mm_error_buf *err) {
 static int32_t handle(void *instance, const mm_record *in, mm_emit_fn emit, void *emit_ctx,
                       mm_error_buf *err) {
     struct handler *h = instance;
-    mm_header headers[MAX_HEADERS + 1];
-    if (in->header_count > MAX_HEADERS) {
-        set_error(err, "more than 64 headers");
-        return 1;
+    size_t needed = in->header_count + 1;
+    if (needed > h->capacity) {
+        size_t capacity = h->capacity ? h->capacity : 16;
+        while (capacity < needed) {
+            if (capacity > SIZE_MAX / 2 / sizeof(mm_header)) {
+                set_error(err, "too many headers to copy");
+                return 1;
+            }
+            capacity *= 2;
+        }
+        mm_header *grown = realloc(h->headers, capacity * sizeof(mm_header));
+        if (!grown) {
+            set_error(err, "out of memory for the record's headers");
+            return 1;
+        }
+        h->headers = grown;
+        h->capacity = capacity;
     }
-    memcpy(headers, in->headers, in->header_count * sizeof(mm_header));
+    mm_header *headers = h->headers;
+    if (in->header_count > 0) memcpy(headers, in->headers, in->header_count * sizeof(mm_header));
     headers[in->header_count].key = (mm_bytes){(const uint8_t *)"handled-by", 10};
     headers[in->header_count].value = (mm_bytes){(const uint8_t *)h->value, h->value_len};
 
@@ -75,7 +93,11 @@ static int32_t handle(void *instance, const mm_record *in, mm_emit_fn emit, void
     return 0;
 }
 
-static void destroy(void *instance) { free(instance); }
+static void destroy(void *instance) {
+    struct handler *h = instance;
+    free(h->headers);
+    free(h);
+}
 
 static const mm_handler_vtable VTABLE = {
     .abi_version = ABI_VERSION,

@@ -60,7 +60,8 @@ impl Bytes {
     }
 }
 
-/// One header: a name (never null) and a value (may be null).
+/// One header: a name (never null; any bytes, as Kafka has it: not necessarily UTF-8) and a
+/// value (may be null).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct Header {
@@ -105,52 +106,73 @@ pub struct ErrorBuf {
 /// non-zero if the record was refused (the handler should then return an error).
 pub type EmitFn = unsafe extern "C" fn(ctx: *mut c_void, record: *const Record) -> i32;
 
-/// Returned by a plugin's entry symbol. All function pointers are required.
+/// The type of `init`: makes an instance from the plugin's args string.
+pub type InitFn =
+    unsafe extern "C" fn(args: Bytes, instance: *mut *mut c_void, err: *mut ErrorBuf) -> i32;
+/// The type of `destroy`: frees an instance made by `init`.
+pub type DestroyFn = unsafe extern "C" fn(instance: *mut c_void);
+/// The type of a handler's `handle`.
+pub type HandleFn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    record: *const Record,
+    emit: EmitFn,
+    emit_ctx: *mut c_void,
+    err: *mut ErrorBuf,
+) -> i32;
+/// The type of a listener's `before_releasing_partitions`.
+pub type ReleasingFn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    partitions: *const Partition,
+    count: usize,
+    err: *mut ErrorBuf,
+) -> i32;
+/// The type of a listener's `before_starting_fetchers`.
+pub type StartingFn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    consumer_id: Bytes,
+    partitions: *const Partition,
+    count: usize,
+    err: *mut ErrorBuf,
+) -> i32;
+
+/// Returned by a plugin's entry symbol.
+///
+/// The function pointers are `Option`s because a C plugin may leave one NULL (`Option<fn>` has
+/// the layout of a nullable C function pointer). The host refuses a plugin at load when a
+/// required one (`init`, `handle`) is NULL; a NULL `destroy` means nothing to free.
 #[repr(C)]
 pub struct HandlerVTable {
     /// [`ABI_VERSION`].
     pub abi_version: u32,
     /// `size_of::<HandlerVTable>()` as the plugin was built.
     pub struct_size: u32,
-    /// Makes an instance from the `--message.handler.args` string. Called once per stream;
-    /// an instance is used by one thread at a time. Returns 0 or non-zero with `err` set.
-    pub init:
-        unsafe extern "C" fn(args: Bytes, instance: *mut *mut c_void, err: *mut ErrorBuf) -> i32,
-    /// Handles one record: calls `emit` zero (filter), one or several (fan-out) times.
-    /// Returns 0, or non-zero with `err` set (fatal for the mirror).
-    pub handle: unsafe extern "C" fn(
-        instance: *mut c_void,
-        record: *const Record,
-        emit: EmitFn,
-        emit_ctx: *mut c_void,
-        err: *mut ErrorBuf,
-    ) -> i32,
-    pub destroy: unsafe extern "C" fn(instance: *mut c_void),
+    /// Required. Makes an instance from the `--message.handler.args` string. Called once per
+    /// stream; an instance is used by one thread at a time. Returns 0 or non-zero with `err`
+    /// set.
+    pub init: Option<InitFn>,
+    /// Required. Handles one record: calls `emit` zero (filter), one or several (fan-out)
+    /// times. Returns 0, or non-zero with `err` set: the record is refused (what was emitted
+    /// for it is not sent) and `--on.handler.error` says what follows (stop by default).
+    pub handle: Option<HandleFn>,
+    /// Optional (NULL: nothing to free).
+    pub destroy: Option<DestroyFn>,
 }
 
-/// Returned by a listener plugin's entry symbol.
+/// Returned by a listener plugin's entry symbol. `init` is required; a NULL callback is
+/// skipped (as if it returned 0), a NULL `destroy` means nothing to free.
 #[repr(C)]
 pub struct ListenerVTable {
     pub abi_version: u32,
     pub struct_size: u32,
-    pub init:
-        unsafe extern "C" fn(args: Bytes, instance: *mut *mut c_void, err: *mut ErrorBuf) -> i32,
-    /// After the mirror flushed and committed these partitions, before they are released.
-    pub before_releasing_partitions: unsafe extern "C" fn(
-        instance: *mut c_void,
-        partitions: *const Partition,
-        count: usize,
-        err: *mut ErrorBuf,
-    ) -> i32,
-    /// After a new assignment, before any of its records is fetched.
-    pub before_starting_fetchers: unsafe extern "C" fn(
-        instance: *mut c_void,
-        consumer_id: Bytes,
-        partitions: *const Partition,
-        count: usize,
-        err: *mut ErrorBuf,
-    ) -> i32,
-    pub destroy: unsafe extern "C" fn(instance: *mut c_void),
+    /// Required.
+    pub init: Option<InitFn>,
+    /// Optional. After the mirror flushed and committed these partitions, before they are
+    /// released.
+    pub before_releasing_partitions: Option<ReleasingFn>,
+    /// Optional. After a new assignment, before any of its records is fetched.
+    pub before_starting_fetchers: Option<StartingFn>,
+    /// Optional.
+    pub destroy: Option<DestroyFn>,
 }
 
 impl ErrorBuf {

@@ -69,7 +69,10 @@ impl<'a> Record<'a> {
     }
 
     /// Headers in order, repeated names included; a `None` value is a null header value.
-    pub fn headers(&self) -> impl Iterator<Item = (&'a str, Option<&'a [u8]>)> + 'a {
+    /// Names are bytes, as Kafka has them: a producer may write a name that is not UTF-8, and
+    /// a handler that passes headers on must keep it as it is (`std::str::from_utf8` where a
+    /// handler wants text).
+    pub fn headers(&self) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
         let raw: &'a [ffi::Header] = if self.raw.header_count == 0 || self.raw.headers.is_null() {
             &[]
         } else {
@@ -77,8 +80,9 @@ impl<'a> Record<'a> {
             unsafe { std::slice::from_raw_parts(self.raw.headers, self.raw.header_count) }
         };
         raw.iter().map(|h| {
-            // SAFETY: valid for the call (the host's contract).
-            (text(h.key), unsafe { h.value.as_opt() })
+            // SAFETY: valid for the call (the host's contract); a name is never null.
+            let (key, value) = unsafe { (h.key.as_opt().unwrap_or_default(), h.value.as_opt()) };
+            (key, value)
         })
     }
 
@@ -102,7 +106,8 @@ pub struct OutRecord<'a> {
     pub partition: Option<i32>,
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
-    pub headers: Vec<(&'a str, Option<&'a [u8]>)>,
+    /// Names as bytes (see [`Record::headers`]); `b"name".as_slice()` for a literal.
+    pub headers: Vec<(&'a [u8], Option<&'a [u8]>)>,
     pub timestamp: Option<i64>,
 }
 
@@ -119,7 +124,7 @@ impl Output<'_> {
         self.headers.clear();
         self.headers
             .extend(out.headers.iter().map(|(k, v)| ffi::Header {
-                key: ffi::Bytes::from_opt(Some(k.as_bytes())),
+                key: ffi::Bytes::from_opt(Some(k)),
                 value: ffi::Bytes::from_opt(*v),
             }));
         let raw = ffi::Record {
@@ -148,8 +153,9 @@ impl Output<'_> {
 pub trait MessageHandler: Sized + Send + 'static {
     /// Builds the handler from `--message.handler.args`; an error stops the mirror at start-up.
     fn init(args: &str) -> Result<Self, String>;
-    /// Emits zero, one or several records for `record`. An error stops the mirror (what was
-    /// acknowledged before this record is committed; this record is not).
+    /// Emits zero, one or several records for `record`. An error refuses the record (what was
+    /// emitted for it is not sent): by default (`--on.handler.error stop`) the mirror stops,
+    /// committing what was acknowledged before it, not it; `skip` and `dead-letter` go on.
     fn handle(&mut self, record: &Record<'_>, out: &mut Output<'_>) -> Result<(), String>;
 }
 
@@ -301,9 +307,9 @@ macro_rules! export_message_handler {
             static VTABLE: $crate::ffi::HandlerVTable = $crate::ffi::HandlerVTable {
                 abi_version: $crate::ffi::ABI_VERSION,
                 struct_size: ::std::mem::size_of::<$crate::ffi::HandlerVTable>() as u32,
-                init: $crate::__handler_init::<$t>,
-                handle: $crate::__handler_handle::<$t>,
-                destroy: $crate::__destroy::<$t>,
+                init: Some($crate::__handler_init::<$t>),
+                handle: Some($crate::__handler_handle::<$t>),
+                destroy: Some($crate::__destroy::<$t>),
             };
             &VTABLE
         }
@@ -319,10 +325,10 @@ macro_rules! export_rebalance_listener {
             static VTABLE: $crate::ffi::ListenerVTable = $crate::ffi::ListenerVTable {
                 abi_version: $crate::ffi::ABI_VERSION,
                 struct_size: ::std::mem::size_of::<$crate::ffi::ListenerVTable>() as u32,
-                init: $crate::__listener_init::<$t>,
-                before_releasing_partitions: $crate::__listener_releasing::<$t>,
-                before_starting_fetchers: $crate::__listener_starting::<$t>,
-                destroy: $crate::__destroy::<$t>,
+                init: Some($crate::__listener_init::<$t>),
+                before_releasing_partitions: Some($crate::__listener_releasing::<$t>),
+                before_starting_fetchers: Some($crate::__listener_starting::<$t>),
+                destroy: Some($crate::__destroy::<$t>),
             };
             &VTABLE
         }

@@ -7,7 +7,7 @@
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use super::state::Control;
+use super::state::{Control, StreamShared};
 
 /// Which side a client is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,7 +17,7 @@ pub enum Cluster {
 }
 
 impl Cluster {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Cluster::Source => "source",
             Cluster::Target => "target",
@@ -26,8 +26,19 @@ impl Cluster {
 }
 
 /// librdkafka's own log lines, tagged with the cluster they concern.
-pub fn librdkafka_log(cluster: Cluster, level: RDKafkaLogLevel, facility: &str, message: &str) {
+pub(crate) fn librdkafka_log(
+    cluster: Cluster,
+    level: RDKafkaLogLevel,
+    facility: &str,
+    message: &str,
+) {
     let cluster = cluster.name();
+    let message = crate::settings::secrets::redact_log_line(message);
+    if is_gapless_notice(facility, &message) {
+        // Said once at start in our words (pipeline::run); librdkafka says it per client.
+        tracing::debug!(cluster, facility, "librdkafka: {message}");
+        return;
+    }
     match level {
         RDKafkaLogLevel::Emerg
         | RDKafkaLogLevel::Alert
@@ -41,9 +52,30 @@ pub fn librdkafka_log(cluster: Cluster, level: RDKafkaLogLevel, facility: &str, 
     }
 }
 
+/// librdkafka's warning, at every producer's creation, that `enable.gapless.guarantee` is
+/// experimental: nothing an operator can act on.
+fn is_gapless_notice(facility: &str, message: &str) -> bool {
+    facility == "CONFWARN"
+        && message.contains("enable.gapless.guarantee")
+        && message.contains("experimental")
+}
+
+/// What the mirror relies on `enable.gapless.guarantee` for, said once at start when the
+/// target producer has it on.
+pub(crate) fn explain_gapless(producer: &crate::settings::client::ClientProps) {
+    if producer.get("enable.gapless.guarantee").map(str::trim) == Some("true") {
+        tracing::info!(
+            "the target producer runs with enable.gapless.guarantee=true (librdkafka calls it \
+             experimental): a record the target refuses for good stops the producer, so nothing \
+             queued behind it lands before it is copied again; --abort.on.send.failure true \
+             relies on it to keep each partition's order"
+        );
+    }
+}
+
 /// An error a client of `cluster` reports outside any one record, on `stream`'s clients;
 /// `reason` is librdkafka's text for it. Each error is logged once, here.
-pub fn client_error(
+pub(crate) fn client_error(
     control: &Control,
     cluster: Cluster,
     stream: usize,
@@ -55,7 +87,19 @@ pub fn client_error(
         || error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal);
     match error.rdkafka_error_code() {
         _ if fatal => control.fail(format!(
-            "stream {stream}: the {name} cluster client hit a fatal error: {reason}"
+            "stream {stream}: the {name} cluster client hit a fatal error: {reason}{}",
+            if reason.contains("Invalid timestamp") || reason.contains("failed to validate record")
+            {
+                // The gapless producer stops at a refused record; the record's delivery
+                // report, when it comes first, names the record and its age.
+                ". The target refused a record as invalid, likely for its timestamp: see the \
+                 target topic's message.timestamp.before.max.ms and \
+                 message.timestamp.after.max.ms (`mirror-maker check` compares both clusters' \
+                 settings)"
+                    .to_owned()
+            } else {
+                String::new()
+            }
         )),
         Some(RDKafkaErrorCode::AutoOffsetReset) => tracing::error!(
             stream,
@@ -97,7 +141,7 @@ impl rdkafka::consumer::ConsumerContext for ReaderContext {}
 /// The context of the short-lived clients of `translate` and the group sync: a cluster that
 /// cannot be reached is reported once, by the call that gives up, not by a line per broker
 /// and attempt (librdkafka's errors go to the debug log).
-pub struct QuietContext;
+pub(crate) struct QuietContext;
 
 impl rdkafka::ClientContext for QuietContext {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
@@ -106,3 +150,30 @@ impl rdkafka::ClientContext for QuietContext {
 }
 
 impl rdkafka::consumer::ConsumerContext for QuietContext {}
+
+/// The name of `error`'s librdkafka code, as the metrics label send and commit errors
+/// ("unknown" when it has none).
+pub(crate) fn code_name(error: &KafkaError) -> String {
+    error
+        .rdkafka_error_code()
+        .map_or_else(|| "unknown".to_owned(), |c| format!("{c:?}"))
+}
+
+/// A client-wide error of a stream's target producer (either stream kind's).
+pub(crate) fn target_error(shared: &StreamShared, error: &KafkaError, reason: &str) {
+    client_error(
+        &shared.control,
+        Cluster::Target,
+        shared.stream,
+        error,
+        reason,
+    );
+}
+
+/// The producer's statistics say whether any target broker is connected.
+pub(crate) fn target_statistics(shared: &StreamShared, statistics: &rdkafka::Statistics) {
+    let up = statistics.brokers.values().any(|b| b.state == "UP");
+    shared
+        .target_up
+        .store(up, std::sync::atomic::Ordering::Relaxed);
+}

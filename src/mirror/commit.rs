@@ -9,17 +9,19 @@ use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::Offset;
 
-use super::offsets::CommitPoint;
-use super::state::{Stats, StreamShared};
+use crate::mirror::offsets::CommitPoint;
+use crate::mirror::source::committed;
+use crate::mirror::state::StreamShared;
+use crate::mirror::Partition;
 use crate::native::queue::{Polled, Source};
 
 /// Commits the acknowledged offsets of `only` these partitions, or of all tracked ones, and
 /// waits for the result (before partitions are released, and at shutdown). Returns how many
 /// partitions were committed.
-pub fn commit_sync<C: ConsumerContext>(
+pub(crate) fn commit_sync<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     shared: &StreamShared,
-    only: Option<&[(String, i32)]>,
+    only: Option<&[Partition]>,
 ) -> KafkaResult<usize> {
     if let Some(mapping) = &shared.mapping {
         let id = persist(shared, only);
@@ -61,7 +63,7 @@ pub fn commit_sync<C: ConsumerContext>(
 ///
 /// With the offset mapping, the commit waits for the mapping: this stores it, and
 /// [`commit_stored`] commits once the target acknowledged it.
-pub fn commit_async<C: ConsumerContext>(
+pub(crate) fn commit_async<C: ConsumerContext>(
     source: &Source<C>,
     shared: &StreamShared,
 ) -> KafkaResult<usize> {
@@ -79,7 +81,7 @@ pub fn commit_async<C: ConsumerContext>(
 /// Commits, without waiting, the points whose mapping the store acknowledged since the last
 /// periodic commit; nothing while that write is still on its way. Called on every turn of
 /// the stream's loop (an atomic load when there is nothing to do).
-pub fn commit_stored<C: ConsumerContext>(
+pub(crate) fn commit_stored<C: ConsumerContext>(
     source: &Source<C>,
     shared: &StreamShared,
 ) -> KafkaResult<usize> {
@@ -97,7 +99,7 @@ pub fn commit_stored<C: ConsumerContext>(
 
 /// Writes the tracker's commit points (of `only` these partitions, or all) and the segments
 /// below them to the offset-mapping store; returns the write's id.
-fn persist(shared: &StreamShared, only: Option<&[(String, i32)]>) -> u64 {
+fn persist(shared: &StreamShared, only: Option<&[Partition]>) -> u64 {
     let Some(mapping) = &shared.mapping else {
         return 0;
     };
@@ -135,7 +137,10 @@ fn send_commit<C: ConsumerContext>(
 /// `read_committed` consumer never returns (transaction markers, aborted transactions).
 /// Only between polls of the stream's own loop: every record the position passed has begun
 /// in the tracker then (records polled during the shutdown's commit retries have not).
-pub fn follow_positions<C: ConsumerContext>(consumer: &BaseConsumer<C>, shared: &StreamShared) {
+pub(crate) fn follow_positions<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    shared: &StreamShared,
+) {
     let Ok(positions) = consumer.position() else {
         return;
     };
@@ -150,7 +155,7 @@ pub fn follow_positions<C: ConsumerContext>(consumer: &BaseConsumer<C>, shared: 
 /// The commit points to commit, as a partition list; `None` when there are none.
 fn commit_list(
     shared: &StreamShared,
-    only: Option<&[(String, i32)]>,
+    only: Option<&[Partition]>,
 ) -> KafkaResult<Option<(TopicPartitionList, Vec<CommitPoint>)>> {
     let points = {
         let tracker = shared.tracker();
@@ -181,35 +186,10 @@ fn commit_list(
     Ok(Some((tpl, points)))
 }
 
-/// Records the result of a commit of `partitions` offsets: successes are counted; a failure
-/// is counted by its error code and logged (the next commit sends every offset again).
-pub fn committed(shared: &StreamShared, result: &KafkaResult<()>, partitions: usize) {
-    let recorded = &shared.stats.recorded;
-    match result {
-        Ok(()) => {
-            Stats::add(&shared.stats.commits, 1);
-            recorded.commit_succeeded();
-        }
-        // Nothing to commit: not a failure.
-        Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::NoOffset) => {}
-        Err(e) => {
-            let code = e
-                .rdkafka_error_code()
-                .map_or_else(|| "unknown".to_owned(), |c| format!("{c:?}"));
-            let in_a_row = recorded.commit_failed(code);
-            tracing::warn!(
-                stream = shared.stream,
-                "offset commit of {partitions} partitions failed ({in_a_row} in a row): {e}; \
-                 the next commit sends them again"
-            );
-        }
-    }
-}
-
 /// The shutdown commit, retried for up to `retry` while the group is rebalancing (another
 /// instance joining or leaving): the broker refuses commits until the rebalance completes,
 /// and a cooperative rebalance takes two rounds.
-pub fn final_commit<C: ConsumerContext>(
+pub(crate) fn final_commit<C: ConsumerContext>(
     source: &Source<C>,
     shared: &StreamShared,
     retry: Duration,

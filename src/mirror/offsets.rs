@@ -14,6 +14,8 @@ use std::collections::{HashMap, VecDeque};
 
 use rustc_hash::FxHashMap;
 
+use super::Partition;
+
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("the offset tracker packs tickets into a 64-bit usize");
 
@@ -23,17 +25,17 @@ const MAX_SLOTS: usize = 1 << SLOT_BITS;
 
 /// Identifies one consumed record in the tracker; travels as the producer's delivery opaque.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     slot: u32,
     seq: u64,
 }
 
 impl Ticket {
-    pub fn to_opaque(self) -> usize {
+    pub(crate) fn to_opaque(self) -> usize {
         ((self.seq << SLOT_BITS) | u64::from(self.slot)) as usize
     }
 
-    pub fn from_opaque(opaque: usize) -> Ticket {
+    pub(crate) fn from_opaque(opaque: usize) -> Ticket {
         let v = opaque as u64;
         Ticket {
             slot: (v & SLOT_MASK) as u32,
@@ -45,10 +47,10 @@ impl Ticket {
 /// Where a source partition's committed offset may go: the offset of the next record to
 /// read, everything before it acknowledged by the target.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommitPoint {
+pub(crate) struct CommitPoint {
     pub topic: String,
     pub partition: i32,
-    pub offset: i64,
+    pub(crate) offset: i64,
 }
 
 /// One source partition's counters since start.
@@ -61,17 +63,17 @@ pub struct PartitionTotals {
 
 /// The source record a ticket stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourceRecord<'a> {
+pub(crate) struct SourceRecord<'a> {
     pub topic: &'a str,
     pub partition: i32,
-    pub offset: i64,
+    pub(crate) offset: i64,
     /// The source record's timestamp (create or log-append time), in ms since the epoch.
-    pub timestamp: Option<i64>,
+    pub(crate) timestamp: Option<i64>,
 }
 
 /// What an acknowledgement or failure found.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Outcome<'a> {
+pub(crate) enum Outcome<'a> {
     /// The ticket belongs to a partition that was released since (after a rebalance whose
     /// flush timed out): nothing to do, its offsets were not committed past it.
     Stale,
@@ -96,7 +98,7 @@ struct Entry {
 pub struct PartitionCounters {
     /// Source records consumed.
     pub consumed: u64,
-    /// Their key and value bytes.
+    /// Their key, value and header bytes.
     pub consumed_bytes: u64,
     /// Source records whose every target record was acknowledged (filtered ones included).
     pub acknowledged: u64,
@@ -105,7 +107,7 @@ pub struct PartitionCounters {
 }
 
 impl PartitionCounters {
-    pub fn add(&mut self, other: &PartitionCounters) {
+    pub(crate) fn add(&mut self, other: &PartitionCounters) {
         self.consumed += other.consumed;
         self.consumed_bytes += other.consumed_bytes;
         self.acknowledged += other.acknowledged;
@@ -133,6 +135,10 @@ struct Slot {
     /// their acknowledgement lets the records behind them advance, but never sets the commit
     /// point (their offsets belong to the log as it was before).
     superseded_below: u64,
+    /// Its source topic was created again (a new topic id) and no record of the new topic
+    /// has been registered yet: the consumer's position may still be the old topic's, so the
+    /// commit point does not follow it.
+    restarted: bool,
 }
 
 impl Slot {
@@ -170,14 +176,14 @@ pub struct OffsetTracker {
     in_flight: usize,
     in_flight_bytes: usize,
     /// Counters of partitions released since, so that they stay monotonic.
-    retired: HashMap<(String, i32), PartitionCounters>,
+    retired: HashMap<Partition, PartitionCounters>,
     /// Where consumption of a newly assigned partition should start (its committed offset),
     /// until its first record is registered.
-    starts: HashMap<(String, i32), i64>,
+    starts: HashMap<Partition, i64>,
 }
 
 impl OffsetTracker {
-    pub fn new() -> OffsetTracker {
+    pub(crate) fn new() -> OffsetTracker {
         OffsetTracker::default()
     }
 
@@ -187,7 +193,7 @@ impl OffsetTracker {
     }
 
     /// Bytes of the source records counted by [`in_flight`](Self::in_flight).
-    pub fn in_flight_bytes(&self) -> usize {
+    pub(crate) fn in_flight_bytes(&self) -> usize {
         self.in_flight_bytes
     }
 
@@ -221,6 +227,7 @@ impl OffsetTracker {
                     .remove(&(topic.to_owned(), partition))
                     .map(|o| o - 1);
                 slot.superseded_below = slot.first_seq;
+                slot.restarted = false;
                 slot.counters = PartitionCounters::default();
                 index
             }
@@ -243,6 +250,7 @@ impl OffsetTracker {
                         .remove(&(topic.to_owned(), partition))
                         .map(|o| o - 1),
                     superseded_below: 0,
+                    restarted: false,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -268,7 +276,7 @@ impl OffsetTracker {
     /// records consumed since, which come before them in offset order. The commit point is
     /// lowered to the new offset (if it was past it), and it only moves again when records
     /// consumed after the move are acknowledged.
-    pub fn begin(
+    pub(crate) fn begin(
         &mut self,
         topic: &str,
         partition: i32,
@@ -284,16 +292,26 @@ impl OffsetTracker {
     /// Where consumption of a partition being assigned starts (its committed offset): the
     /// first record registered for it is compared with it, as later ones with the record
     /// before them.
-    pub fn expect_start(&mut self, topic: &str, partition: i32, offset: i64) {
+    pub(crate) fn expect_start(&mut self, topic: &str, partition: i32, offset: i64) {
         if self.slot_of(topic, partition).is_none() {
             self.starts.insert((topic.to_owned(), partition), offset);
         }
     }
 
+    /// The offset a record at `offset` was expected at, when it skips ahead of it (what
+    /// [`begin_after`](Self::begin_after) would report), without registering anything.
+    pub(crate) fn gap_before(&self, topic: &str, partition: i32, offset: i64) -> Option<i64> {
+        let expected = match self.slot_of(topic, partition) {
+            Some(index) => self.slots[index as usize].last_offset.map(|last| last + 1),
+            None => self.starts.get(&(topic.to_owned(), partition)).copied(),
+        };
+        expected.filter(|expected| offset > *expected)
+    }
+
     /// Like [`begin`](Self::begin); also returns the offset the record was expected at when
     /// it skips ahead of it (a gap: compaction, transaction markers, or records deleted
     /// before they were read), `None` when it follows on or nothing was expected.
-    pub fn begin_after(
+    pub(crate) fn begin_after(
         &mut self,
         topic: &str,
         partition: i32,
@@ -318,6 +336,7 @@ impl OffsetTracker {
             slot.committable = slot.committable.map(|c| c.min(offset));
         }
         slot.last_offset = Some(offset);
+        slot.restarted = false;
         slot.counters.consumed += 1;
         slot.counters.consumed_bytes += bytes as u64;
         let seq = slot.next_seq();
@@ -344,6 +363,25 @@ impl OffsetTracker {
         (Ticket { slot: index, seq }, gap_from)
     }
 
+    /// The partition's source topic was deleted and created again (a new topic id): its
+    /// consumption starts again at `offset` of the new topic, and the commit point is
+    /// `offset` at once (a stop before the new topic's first record commits it, not the old
+    /// topic's position). Records still in flight were copied from the old topic: their
+    /// acknowledgements let the records behind them advance but never set the commit point.
+    /// Returns the position abandoned in the old topic (the offset after its last record
+    /// registered, or where consumption was to start), if any.
+    pub(crate) fn restart_at(&mut self, topic: &str, partition: i32, offset: i64) -> Option<i64> {
+        let start = self.starts.get(&(topic.to_owned(), partition)).copied();
+        let index = self.slot_or_insert(topic, partition);
+        let slot = &mut self.slots[index as usize];
+        let abandoned = slot.last_offset.map(|last| last + 1).or(start);
+        slot.superseded_below = slot.next_seq();
+        slot.committable = Some(offset);
+        slot.last_offset = Some(offset - 1);
+        slot.restarted = true;
+        abandoned
+    }
+
     /// Where the ticket's record sits in its slot's ring, if it is still tracked.
     fn position(&self, ticket: Ticket) -> Option<usize> {
         let slot = self.slots.get(ticket.slot as usize)?;
@@ -356,13 +394,43 @@ impl OffsetTracker {
 
     /// Where a partition's consumption must start again for nothing unacknowledged to be
     /// skipped: its oldest record not acknowledged (a failed one), or else its commit point.
-    pub fn rewind_point(&self, topic: &str, partition: i32) -> Option<i64> {
-        let slot = &self.slots[self.slot_of(topic, partition)? as usize];
-        slot.ring.front().map(|e| e.offset).or(slot.committable)
+    /// The lowest offset in its ring counts (after a position that moved back, the front
+    /// holds records of the log as it was, above the ones consumed since).
+    pub(crate) fn rewind_point(&self, topic: &str, partition: i32) -> Option<i64> {
+        Self::rewind_of(&self.slots[self.slot_of(topic, partition)? as usize])
+    }
+
+    fn rewind_of(slot: &Slot) -> Option<i64> {
+        let lowest = slot.ring.iter().map(|e| e.offset).min();
+        match (lowest, slot.committable) {
+            (Some(l), Some(c)) => Some(l.min(c)),
+            (l, c) => l.or(c),
+        }
+    }
+
+    /// [`rewind_point`](Self::rewind_point) of each of `partitions` that is tracked and has
+    /// one: a partition with records in flight has one even when none is acknowledged yet.
+    pub(crate) fn rewind_points_of(&self, partitions: &[Partition]) -> Vec<CommitPoint> {
+        self.slots
+            .iter()
+            .filter(|s| {
+                s.live
+                    && partitions
+                        .iter()
+                        .any(|(t, p)| *t == s.topic && *p == s.partition)
+            })
+            .filter_map(|s| {
+                Some(CommitPoint {
+                    topic: s.topic.clone(),
+                    partition: s.partition,
+                    offset: Self::rewind_of(s)?,
+                })
+            })
+            .collect()
     }
 
     /// The source record of a ticket still tracked.
-    pub fn peek(&self, ticket: Ticket) -> Option<SourceRecord<'_>> {
+    pub(crate) fn peek(&self, ticket: Ticket) -> Option<SourceRecord<'_>> {
         let pos = self.position(ticket)?;
         let slot = &self.slots[ticket.slot as usize];
         let entry = &slot.ring[pos];
@@ -375,12 +443,12 @@ impl OffsetTracker {
     }
 
     /// Whether the ticket's record is still tracked (its partition was not released since).
-    pub fn is_tracked(&self, ticket: Ticket) -> bool {
+    pub(crate) fn is_tracked(&self, ticket: Ticket) -> bool {
         self.position(ticket).is_some()
     }
 
     /// One target record produced from the ticket's source record was acknowledged.
-    pub fn ack(&mut self, ticket: Ticket) -> Outcome<'_> {
+    pub(crate) fn ack(&mut self, ticket: Ticket) -> Outcome<'_> {
         let Some(pos) = self.position(ticket) else {
             return Outcome::Stale;
         };
@@ -413,7 +481,7 @@ impl OffsetTracker {
 
     /// A target record produced from the ticket's source record failed for good: the commit
     /// point of its partition never passes it.
-    pub fn fail(&mut self, ticket: Ticket) -> Outcome<'_> {
+    pub(crate) fn fail(&mut self, ticket: Ticket) -> Outcome<'_> {
         let Some(pos) = self.position(ticket) else {
             return Outcome::Stale;
         };
@@ -430,15 +498,33 @@ impl OffsetTracker {
         })
     }
 
+    /// A consumed record that never goes out (a message handler failed on it, or it could not
+    /// be put back for a later poll): registered and failed at once, so that its partition's
+    /// commit point stays below it for as long as the partition is tracked, even though the
+    /// consumer's position is past it ([`advance_to_position`](Self::advance_to_position)
+    /// follows positions only over acknowledged records).
+    pub(crate) fn begin_failed(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        timestamp: Option<i64>,
+        bytes: usize,
+    ) -> Ticket {
+        let ticket = self.begin(topic, partition, offset, timestamp, bytes, 1);
+        self.fail(ticket);
+        ticket
+    }
+
     /// The commit point of every tracked partition that has one. Every commit sends them all, unchanged ones too, so a commit that failed for
     /// some partitions (librdkafka does not report that for asynchronous commits) is mended by
     /// the next one.
-    pub fn commit_points(&self) -> Vec<CommitPoint> {
+    pub(crate) fn commit_points(&self) -> Vec<CommitPoint> {
         self.commit_points_where(|_, _| true)
     }
 
     /// Like [`commit_points`](Self::commit_points), for the given partitions only.
-    pub fn commit_points_of(&self, partitions: &[(String, i32)]) -> Vec<CommitPoint> {
+    pub(crate) fn commit_points_of(&self, partitions: &[Partition]) -> Vec<CommitPoint> {
         self.commit_points_where(|t, p| partitions.iter().any(|(pt, pp)| pt == t && *pp == p))
     }
 
@@ -461,11 +547,14 @@ impl OffsetTracker {
     /// returns): when every record consumed from the partition is acknowledged, the commit
     /// point follows, so that committed offsets reach the end of the log. Only positions of
     /// records this tracker saw begin may be given (the stream's own thread, between polls).
-    pub fn advance_to_position(&mut self, topic: &str, partition: i32, position: i64) {
+    pub(crate) fn advance_to_position(&mut self, topic: &str, partition: i32, position: i64) {
         let Some(index) = self.slot_of(topic, partition) else {
             return;
         };
         let slot = &mut self.slots[index as usize];
+        if slot.restarted {
+            return;
+        }
         if slot.live && slot.ring.is_empty() && slot.committable.is_some_and(|c| position > c) {
             slot.committable = Some(position);
         }
@@ -473,7 +562,7 @@ impl OffsetTracker {
 
     /// Stops tracking a partition that was revoked. Deliveries still to come for it are
     /// recognised as stale. Returns how many of its records were not acknowledged.
-    pub fn release(&mut self, topic: &str, partition: i32) -> usize {
+    pub(crate) fn release(&mut self, topic: &str, partition: i32) -> usize {
         let Some(index) = self.slot_of(topic, partition) else {
             return 0;
         };
@@ -505,7 +594,7 @@ impl OffsetTracker {
     }
 
     /// Per source partition ever tracked: its counters since start, and what is in flight now.
-    pub fn partition_counters(&self) -> Vec<PartitionTotals> {
+    pub(crate) fn partition_counters(&self) -> Vec<PartitionTotals> {
         let mut all = self.retired.clone();
         for slot in self.slots.iter().filter(|s| s.live) {
             let mut counters = slot.counters;
@@ -527,9 +616,16 @@ impl OffsetTracker {
             .collect()
     }
 
+    /// The offset of the oldest record of `topic/partition` consumed and not yet acknowledged
+    /// (or failed), if any.
+    pub(crate) fn oldest_unacknowledged(&self, topic: &str, partition: i32) -> Option<i64> {
+        let index = self.slot_of(topic, partition)?;
+        self.slots[index as usize].ring.front().map(|e| e.offset)
+    }
+
     /// The partitions currently tracked.
     #[cfg(test)]
-    fn partitions(&self) -> Vec<(String, i32)> {
+    fn partitions(&self) -> Vec<Partition> {
         self.slots
             .iter()
             .filter(|s| s.live)
@@ -731,6 +827,32 @@ mod tests {
     }
 
     #[test]
+    fn a_recreated_topic_commits_its_start_at_once_and_old_acks_never_pass_it() {
+        let mut t = OffsetTracker::new();
+        let done = t.begin("t", 0, 299, None, 10, 1);
+        t.ack(done);
+        let old = t.begin("t", 0, 300, None, 10, 1);
+        assert_eq!(t.restart_at("t", 0, 0), Some(301));
+        // Before any record of the new topic: its start, not the old position.
+        assert_eq!(commit_of(&mut t, "t", 0), Some(0));
+        // The consumer's position may still be the old one: not followed.
+        t.advance_to_position("t", 0, 301);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(0));
+        t.ack(old);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(0), "an old record's ack");
+        // The new topic's first record follows on: no gap, no move back.
+        let (first, gap) = t.begin_after("t", 0, 0, None, 10, 1);
+        assert_eq!(gap, None);
+        t.ack(first);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(1));
+        assert_eq!(t.in_flight(), 0);
+        // A partition assigned and not yet read abandons where it was to start.
+        t.expect_start("t", 1, 40);
+        assert_eq!(t.restart_at("t", 1, 0), Some(40));
+        assert_eq!(commit_of(&mut t, "t", 1), Some(0));
+    }
+
+    #[test]
     fn a_position_that_moves_back_lowers_a_commit_point_already_past_it() {
         let mut t = OffsetTracker::new();
         let a = t.begin("t", 0, 100, None, 10, 1);
@@ -768,6 +890,12 @@ mod tests {
         assert_eq!(t.begin_after("t", 1, 857, None, 1, 1).1, Some(100));
         // Nothing expected (no committed offset): no gap.
         assert_eq!(t.begin_after("t", 2, 50, None, 1, 1).1, None);
+        // Asked without registering, the same answers.
+        t.expect_start("t", 3, 10);
+        assert_eq!(t.gap_before("t", 3, 12), Some(10));
+        assert_eq!(t.gap_before("t", 3, 10), None);
+        assert_eq!(t.gap_before("t", 0, 107), Some(106));
+        assert_eq!(t.gap_before("t", 0, 106), None);
     }
 
     #[test]
@@ -781,6 +909,22 @@ mod tests {
         };
         assert_eq!(timestamp(t.ack(a)), Some(1_700_000_000_123));
         assert_eq!(timestamp(t.ack(b)), None);
+    }
+
+    #[test]
+    fn a_record_that_never_went_out_stops_the_commit_point_following_the_position() {
+        let mut t = OffsetTracker::new();
+        let a = t.begin("t", 0, 10, None, 10, 1);
+        t.ack(a);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(11));
+        // A handler failed on 11: the consumer's position is 12 all the same.
+        t.begin_failed("t", 0, 11, None, 10);
+        t.advance_to_position("t", 0, 12);
+        assert_eq!(commit_of(&mut t, "t", 0), Some(11));
+        assert_eq!(t.rewind_point("t", 0), Some(11));
+        assert_eq!(t.in_flight(), 1, "counted until its partition is released");
+        assert_eq!(t.release("t", 0), 1);
+        assert_eq!(t.in_flight(), 0);
     }
 
     #[test]

@@ -3,17 +3,21 @@
 use std::sync::Arc;
 use std::thread;
 
-use super::clients::Cluster;
-use super::groups;
-use super::ledger::StoreWriter;
+use super::at_least_once::stream::{Stream, StreamError};
+use super::batches::stream::{BatchStream, BatchStreamError};
+use super::clients::{self, Cluster};
+use super::exactly_once::{self, TransactionError};
+use super::heartbeats::{HeartbeatError, Heartbeater};
+use super::limits::TargetLimits;
+use super::mapping::groups;
+use super::mapping::ledger::StoreWriter;
+use super::mapping::store::MappingStore;
 use super::probe::{probe, Unreachable};
+use super::route::StreamReport;
 use super::state::{Control, ShutdownGate, Stats};
-use super::store::MappingStore;
-use super::stream::{Stream, StreamError, StreamReport};
+use super::throttle::Throttle;
 use super::topics::TopicCreator;
-use super::transaction::{TransactionError, TxStream};
 use crate::settings::client::ClientProps;
-use crate::settings::exactly_once;
 use crate::settings::flags::Partitioning;
 use crate::settings::{counted, Settings};
 
@@ -23,6 +27,10 @@ pub enum MirrorError {
     Unreachable(#[from] Unreachable),
     #[error(transparent)]
     Stream(#[from] StreamError),
+    #[error(transparent)]
+    Transaction(#[from] TransactionError),
+    #[error(transparent)]
+    Batches(#[from] BatchStreamError),
     #[error("{0}")]
     Fatal(String),
     #[error("stream {0} panicked; see the log above")]
@@ -44,7 +52,26 @@ pub fn run(
 ) -> Result<Summary, MirrorError> {
     let source = probe(settings, Cluster::Source)?;
     probe(settings, Cluster::Target)?;
-    let topics: Vec<String> = settings
+    let (capped, limits) = cap_batch_size(settings, &source)?;
+    let settings = &capped;
+    if !settings.batches {
+        // librdkafka's producer is not the one that writes the records in the batch engine.
+        clients::explain_gapless(&settings.producer);
+    }
+    if settings.batches {
+        tracing::info!("copying record batches as they are (--copy.mode batches)");
+    } else if let Some(reason) = &settings.batches_refused {
+        tracing::info!("--copy.mode auto: copying records, the batch engine cannot serve {reason}");
+    }
+    let throttle = Throttle::new(
+        settings.throttle_bytes_per_second,
+        settings.throttle_records_per_second,
+    );
+    if let Some(throttle) = throttle {
+        tracing::info!("throttled to {} over all streams", throttle.describe());
+        let _ = stats.throttle.set(throttle);
+    }
+    let mut topics: Vec<String> = settings
         .topics
         .select(&source)
         .into_iter()
@@ -53,13 +80,35 @@ pub fn run(
     tracing::info!(
         "mirroring topics matching {:?} with {} ({} matching now)",
         settings.topics.pattern(),
-        counted(settings.num_streams, "stream"),
+        counted(settings.options.num_streams, "stream"),
         topics.len()
     );
     if settings.exactly_once.is_some() {
-        for warning in exactly_once::warnings(&settings.consumer, &settings.producer) {
+        for warning in
+            crate::settings::exactly_once::warnings(&settings.consumer, &settings.producer)
+        {
             tracing::warn!("{warning}");
         }
+    }
+    if let crate::settings::OnHandlerError::DeadLetter(topic) = &settings.on_handler_error {
+        if let Some(source_topic) = topics
+            .iter()
+            .find(|t| settings.target_topic.render(t) == *topic)
+        {
+            return Err(MirrorError::Fatal(format!(
+                "--dead.letter.topic {topic} is the target topic of source topic \
+                 {source_topic}, which the whitelist matches: refused records would land \
+                 among mirrored ones; name another dead-letter topic"
+            )));
+        }
+        let done = super::topics::ensure_dead_letter_topic(
+            &settings.producer,
+            topic,
+            settings.create_topics.is_some(),
+            settings.options.startup_timeout,
+        )
+        .map_err(MirrorError::Fatal)?;
+        tracing::info!("{done}");
     }
     let creator = topic_creator(settings)?;
     let store = match &settings.offset_mapping {
@@ -68,7 +117,8 @@ pub fn run(
                 &settings.producer,
                 topic,
                 control.clone(),
-                settings.startup_timeout,
+                super::mapping::Trust::of(settings).counting(&stats),
+                settings.options.startup_timeout,
             )
             .map_err(|e| MirrorError::Fatal(e.to_string()))?,
         )),
@@ -77,32 +127,62 @@ pub fn run(
     if let Some(store) = store.clone() {
         // Not joined: a stop never waits for it (a slow cluster makes it take its timeout).
         let (source, target) = (settings.consumer.clone(), settings.producer.clone());
-        let timeout = settings.startup_timeout;
+        let timeout = settings.options.startup_timeout;
         thread::Builder::new()
             .name("mapping-prune".to_owned())
             .spawn(move || prune_mapping(&store, &source, &target, timeout))
             .expect("spawning the offset-mapping prune");
     }
-    let gate = Arc::new(ShutdownGate::new(settings.num_streams));
+    if settings.sync_topic_configs.is_some() {
+        // Not joined either: a round waiting on a slow cluster never holds up a stop.
+        let (settings, control, stats) = (settings.clone(), control.clone(), stats.clone());
+        thread::Builder::new()
+            .name("config-sync".to_owned())
+            .spawn(move || super::sync::run(settings, control, stats))
+            .expect("spawning the topic-config sync thread");
+    }
+    if settings.sync_topic_acls.is_some() {
+        // Not joined: as the config sync.
+        let (settings, control) = (settings.clone(), control.clone());
+        thread::Builder::new()
+            .name("acl-sync".to_owned())
+            .spawn(move || super::acl_sync::run(settings, control))
+            .expect("spawning the ACL sync thread");
+    }
+    if let Some(heartbeats) = &settings.heartbeats {
+        // Made now if it was not there when the source was listed above: in the streams'
+        // first subscription all the same, not only after a topic refresh
+        // (`--topic.refresh.interval.ms`; until then no stream owns it, no heartbeat is
+        // written).
+        if start_heartbeats(settings, heartbeats, &control, &stats)
+            && !topics.contains(&heartbeats.topic)
+        {
+            topics.push(heartbeats.topic.clone());
+            topics.sort();
+        }
+    }
+    let gate = Arc::new(ShutdownGate::new(settings.options.num_streams));
     let results: Vec<Result<StreamReport, MirrorError>> = thread::scope(|scope| {
         if settings.sync_groups.is_some() {
             let (control, stats) = (control.clone(), stats.clone());
             thread::Builder::new()
                 .name("group-sync".to_owned())
-                .spawn_scoped(scope, move || {
-                    groups::run_sync(settings, &control, &stats.group_sync)
-                })
+                .spawn_scoped(scope, move || groups::run_sync(settings, &control, &stats))
                 .expect("spawning the group sync thread");
         }
-        let handles: Vec<_> = (0..settings.num_streams)
+        let handles: Vec<_> = (0..settings.options.num_streams)
             .map(|stream| {
                 let (control, stats) = (control.clone(), stats.clone());
                 let (topics, gate, creator) = (topics.clone(), gate.clone(), creator.clone());
-                let store = store.clone();
+                let (store, limits) = (store.clone(), limits.clone());
                 let handle = thread::Builder::new()
                     .name(format!("stream-{stream}"))
                     .spawn_scoped(scope, move || {
-                        let clients = StreamClients { creator, store };
+                        let clients = StreamClients {
+                            creator,
+                            store,
+                            limits,
+                        };
                         run_stream(stream, settings, control, stats, gate, clients, topics)
                     })
                     .expect("spawning a stream thread");
@@ -159,13 +239,51 @@ fn prune_mapping(
     }
 }
 
+/// `--heartbeats.interval.ms`: the heartbeats topic made on the source before the streams
+/// subscribe (so that their first subscription has it), then the writer's thread, not joined
+/// (as the syncs'). A source that refuses turns heartbeats off, said once; the mirror goes on.
+/// Returns whether the topic is there now.
+fn start_heartbeats(
+    settings: &Settings,
+    heartbeats: &crate::settings::Heartbeats,
+    control: &Arc<Control>,
+    stats: &Arc<Stats>,
+) -> bool {
+    let mut writer = match Heartbeater::new(settings, heartbeats) {
+        Ok(writer) => writer,
+        Err(e) => {
+            tracing::warn!("{e}");
+            return false;
+        }
+    };
+    let made = match writer.make_topic() {
+        Ok(()) => true,
+        Err(e @ HeartbeatError::Passing { .. }) => {
+            tracing::warn!("{e}");
+            false
+        }
+        Err(e) => {
+            tracing::warn!("{e}");
+            return false;
+        }
+    };
+    let (control, stats) = (control.clone(), stats.clone());
+    thread::Builder::new()
+        .name("heartbeats".to_owned())
+        .spawn(move || super::heartbeats::run(writer, control, stats))
+        .expect("spawning the heartbeat thread");
+    made
+}
+
 /// The process-wide clients a stream uses besides its own consumer and producer.
 struct StreamClients {
     creator: Option<Arc<TopicCreator>>,
     store: Option<Arc<MappingStore>>,
+    limits: Arc<TargetLimits>,
 }
 
-/// One stream's thread: made, run, and reported. One stream failing stops all of them.
+/// One stream's thread: made, run, and reported, in the mode the settings choose. One stream
+/// failing stops all of them.
 fn run_stream(
     stream: usize,
     settings: &Settings,
@@ -177,104 +295,94 @@ fn run_stream(
 ) -> Result<StreamReport, MirrorError> {
     // The store was opened (its topic made) above; exactly once writes it in its own
     // transactions.
-    if let (Some(_), Some(_), Some(store_topic)) = (
+    let result = match (
         &settings.exactly_once,
         &clients.store,
         &settings.offset_mapping,
     ) {
-        return run_transactional(
+        (Some(_), Some(_), Some(store_topic)) => exactly_once::run_incarnations(
             stream,
             settings,
-            (control, stats, gate),
+            store_topic,
+            (control.clone(), stats, gate),
             clients.creator,
-            store_topic,
             topics,
-        );
-    }
-    let result = match Stream::new(
-        stream,
-        settings,
-        control.clone(),
-        stats,
-        gate.clone(),
-        clients.creator,
-        clients.store,
-    ) {
-        Ok(s) => s.run(topics),
-        Err(e) => {
-            gate.arrive();
-            Err(e)
-        }
-    };
-    result.map_err(|e| {
-        control.fail(e.to_string());
-        MirrorError::Stream(e)
-    })
-}
-
-/// One exactly-once stream's thread (`--exactly.once true`): see [`super::transaction`].
-fn run_transactional(
-    stream: usize,
-    settings: &Settings,
-    (control, stats, gate): (Arc<Control>, Arc<Stats>, Arc<ShutdownGate>),
-    creator: Option<Arc<TopicCreator>>,
-    store_topic: &str,
-    topics: Vec<String>,
-) -> Result<StreamReport, MirrorError> {
-    // A stream whose assignment was lost starts again as a new incarnation (a new consumer
-    // and a new transactional id) unless the mirror is stopping. A new incarnation that
-    // cannot initialise its transactional id (the target still down, its coordinator still
-    // loading) tries again every 2 s for up to twice the transaction timeout.
-    let mut incarnation = 0;
-    let mut retrying_since: Option<std::time::Instant> = None;
-    let result = loop {
-        let created = TxStream::new(
+        )
+        .map_err(MirrorError::from),
+        _ if settings.batches => match BatchStream::new(
             stream,
             settings,
-            store_topic,
-            (control.clone(), stats.clone(), gate.clone()),
-            creator.clone(),
-            incarnation,
-        );
-        let result = match created {
-            Ok(s) => {
-                retrying_since = None;
-                s.run(topics.clone())
-            }
-            Err(e @ TransactionError::Init { .. })
-                if incarnation > 0
-                    && !control.stop_requested()
-                    && retrying_since
-                        .get_or_insert_with(std::time::Instant::now)
-                        .elapsed()
-                        < 2 * settings.producer.transaction_timeout() =>
-            {
-                tracing::warn!(stream, "{e}; trying again in 2 s");
-                std::thread::sleep(std::time::Duration::from_secs(2));
-                incarnation += 1;
-                continue;
-            }
+            control.clone(),
+            stats,
+            gate.clone(),
+            (clients.creator, clients.store, clients.limits),
+        ) {
+            Ok(s) => s.run(topics),
             Err(e) => {
                 gate.arrive();
-                break Err(e);
+                Err(e)
             }
-        };
-        match result {
-            Err(TransactionError::Lost { .. }) if !control.stop_requested() => {
-                incarnation += 1;
-            }
-            Err(TransactionError::Lost { .. }) => {
-                gate.arrive();
-                break Ok(StreamReport::default());
-            }
-            other => break other,
         }
+        .map_err(MirrorError::from),
+        _ => match Stream::new(
+            stream,
+            settings,
+            control.clone(),
+            stats,
+            gate.clone(),
+            (clients.creator, clients.store, clients.limits),
+        ) {
+            Ok(s) => s.run(topics),
+            Err(e) => {
+                gate.arrive();
+                Err(e)
+            }
+        }
+        .map_err(MirrorError::from),
     };
-    result.map_err(|e| {
-        control.fail(e.to_string());
-        MirrorError::Fatal(e.to_string())
-    })
+    result.inspect_err(|e| control.fail(e.to_string()))
 }
+
+/// The producers' `batch.size` capped at the smallest `max.message.bytes` of the target
+/// topics of the source topics matching now (said once; a user's larger value is lowered with
+/// a warning), and the limits read, for the target topics met later.
+fn cap_batch_size(
+    settings: &Settings,
+    source: &rdkafka::metadata::Metadata,
+) -> Result<(Settings, Arc<TargetLimits>), MirrorError> {
+    // A Kafka answers DescribeConfigs in milliseconds; a target that does not answer it
+    // (librdkafka's mock cluster lists it and never answers) would otherwise hold every start
+    // for the whole startup timeout. Unanswered, nothing is capped (and it is not asked again).
+    let timeout = settings.options.startup_timeout.min(LIMITS_TIMEOUT);
+    let mut limits = TargetLimits::new(&settings.producer, timeout)
+        .map_err(|e| MirrorError::Fatal(format!("cannot create the admin client: {e}")))?;
+    let targets: Vec<String> = settings
+        .topics
+        .select(source)
+        .into_iter()
+        .map(|(name, _)| settings.target_topic.render(&name))
+        .collect();
+    let read = limits.read(&targets);
+    let mut settings = settings.clone();
+    let user_set = settings.producer.get("batch.size").is_some();
+    let batch_size = super::limits::batch_size(&settings.producer);
+    if let Some(cap) = super::limits::batch_cap(batch_size, user_set, &read) {
+        let line = cap.describe(&settings.producer);
+        if cap.user_set {
+            tracing::warn!("{line}");
+        } else {
+            tracing::info!("{line}");
+        }
+        settings
+            .producer
+            .set("batch.size", &cap.batch_size.to_string());
+        limits.set_batch_size(cap.batch_size);
+    }
+    Ok((settings, Arc::new(limits)))
+}
+
+/// How long the start waits for the target topics' `max.message.bytes`.
+const LIMITS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `--create.topics`: the admin clients that make target topics as the source has them.
 fn topic_creator(settings: &Settings) -> Result<Option<Arc<TopicCreator>>, MirrorError> {
@@ -286,8 +394,8 @@ fn topic_creator(settings: &Settings) -> Result<Option<Arc<TopicCreator>>, Mirro
         &settings.producer,
         settings.target_topic.clone(),
         configs,
-        settings.partitioning == Partitioning::Preserve,
-        settings.startup_timeout,
+        settings.options.partitioning == Partitioning::Preserve,
+        settings.options.startup_timeout,
     )
     .map(|c| Some(Arc::new(c)))
     .map_err(|e| MirrorError::Fatal(format!("cannot create the admin clients: {e}")))

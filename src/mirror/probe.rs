@@ -50,7 +50,7 @@ impl Unreachable {
             cluster,
             servers: servers(props),
             config: props.path.display().to_string(),
-            timeout: settings.startup_timeout,
+            timeout: settings.options.startup_timeout,
             reason: props.redact(reason),
         }
     }
@@ -95,7 +95,7 @@ struct ProbeContext {
 /// A broker that rejects a client certificate under TLS 1.3 does so after the handshake, with
 /// an alert that librdkafka reports as a transport failure ("... ssl/tls alert bad
 /// certificate: SSL alert number 42"): an alert is the peer's verdict, not a network fault.
-pub fn is_refusal(code: Option<RDKafkaErrorCode>, reason: &str) -> bool {
+pub(crate) fn is_refusal(code: Option<RDKafkaErrorCode>, reason: &str) -> bool {
     match code {
         Some(
             RDKafkaErrorCode::Authentication
@@ -108,7 +108,7 @@ pub fn is_refusal(code: Option<RDKafkaErrorCode>, reason: &str) -> bool {
 }
 
 /// How a refusal reads: what failed, then librdkafka's reason.
-pub fn describe_refusal(code: Option<RDKafkaErrorCode>, reason: &str) -> String {
+pub(crate) fn describe_refusal(code: Option<RDKafkaErrorCode>, reason: &str) -> String {
     let what = match code {
         Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed) => {
             "authentication failed"
@@ -147,7 +147,7 @@ impl ProducerContext for ProbeContext {
 /// The metadata of every topic of `cluster`, waiting at most `--startup.timeout.ms`; a
 /// security handshake failure ends the wait at once. The client is made from the connection
 /// settings only: it never joins the group.
-pub fn probe(settings: &Settings, cluster: Cluster) -> Result<Metadata, Unreachable> {
+pub(crate) fn probe(settings: &Settings, cluster: Cluster) -> Result<Metadata, Unreachable> {
     let config = props_of(settings, cluster).connection_config();
     let context = ProbeContext {
         cluster,
@@ -157,7 +157,7 @@ pub fn probe(settings: &Settings, cluster: Cluster) -> Result<Metadata, Unreacha
     let client: BaseProducer<ProbeContext> = config
         .create_with_context(context)
         .map_err(|e| Unreachable::silent(settings, cluster, &e.to_string()))?;
-    let deadline = Instant::now() + settings.startup_timeout;
+    let deadline = Instant::now() + settings.options.startup_timeout;
     // Short waits first, so that a refusal (reported by an error event, served by `poll`
     // between the waits) ends the probe early; then longer ones, for clusters whose metadata
     // takes a while to answer (the connection made by the first wait is kept).
@@ -196,7 +196,7 @@ pub fn probe(settings: &Settings, cluster: Cluster) -> Result<Metadata, Unreacha
 }
 
 /// The source's topics that `topics` selects, sorted.
-pub fn matching_topics<X: ConsumerContext>(
+pub(crate) fn matching_topics<X: ConsumerContext>(
     consumer: &BaseConsumer<X>,
     topics: &TopicFilter,
     timeout: Duration,
@@ -210,11 +210,11 @@ pub fn matching_topics<X: ConsumerContext>(
 }
 
 /// How long a metadata request for the topic list may take.
-pub const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// For a stream's periodic refresh: the source's topics that `topics` selects now, or `None`
 /// (logged) when the source cannot be listed, the current subscription then being kept.
-pub fn topics_to_follow<X: ConsumerContext>(
+pub(crate) fn topics_to_follow<X: ConsumerContext>(
     consumer: &BaseConsumer<X>,
     topics: &TopicFilter,
     stream: usize,

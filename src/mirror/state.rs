@@ -3,6 +3,7 @@
 //! ([`Stats`], [`Recorded`]), each stream's own state ([`StreamShared`]) and the list of them
 //! ([`Streams`]), handed to metrics, health and systemd notification, which only read it.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
@@ -12,6 +13,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 
 use super::offsets::OffsetTracker;
+use crate::mirror::Partition;
 
 /// Stop requests and fatal errors. Signals, streams and delivery callbacks write here;
 /// every stream loop reads it on each turn.
@@ -54,6 +56,9 @@ impl Control {
 /// Counters since start, summed over streams.
 #[derive(Debug, Default)]
 pub struct Stats {
+    /// Whether the replication delay was above `--max.replication.delay.ms` when readiness
+    /// was last asked (its crossings are logged once each).
+    pub delay_over_limit: AtomicBool,
     pub consumed: AtomicU64,
     pub consumed_bytes: AtomicU64,
     pub produced: AtomicU64,
@@ -71,6 +76,15 @@ pub struct Stats {
     pub streams: Streams,
     /// `--sync.group.offsets`.
     pub group_sync: SyncStats,
+    /// `--sync.topic.configs`: target topic configs set since start.
+    pub topic_configs_synced: AtomicU64,
+    /// `--throttle.bytes.per.second`, `--throttle.records.per.second`: the buckets every
+    /// stream charges.
+    pub throttle: std::sync::OnceLock<super::throttle::Throttle>,
+    /// Microseconds streams spent paused by the throttle, summed over streams.
+    pub throttled_micros: AtomicU64,
+    /// `--heartbeats.interval.ms`: heartbeats the source acknowledged.
+    pub heartbeats_written: AtomicU64,
 }
 
 /// `--sync.group.offsets`: what its rounds did, for metrics.
@@ -82,6 +96,8 @@ pub struct SyncStats {
     pub partitions_waiting: AtomicU64,
     /// Records the mirror has still to copy before those offsets (last round).
     pub translation_lag: AtomicU64,
+    /// Translated offsets not committed: outside the target partition's watermarks.
+    pub offsets_refused: AtomicU64,
 }
 
 impl Stats {
@@ -114,6 +130,20 @@ pub struct Recorded {
     /// Source records never mirrored because the source no longer had them, by reason
     /// (`retention`: deleted before they were read).
     pub skipped: Family<Vec<(String, String)>, Counter>,
+    /// Topic configs the target refused to set (`--sync.topic.configs`), by target topic and
+    /// key.
+    pub config_sync_failures: Family<Vec<(String, String)>, Counter>,
+    /// Offset-mapping records not taken on a read of the store, by reason (see
+    /// `mapping::Rejection`).
+    pub store_rejected: Family<Vec<(String, String)>, Counter>,
+    /// Source records the message handler refused and `--on.handler.error` let the mirror go
+    /// past, by source topic and action (`skip`, `dead-letter`).
+    pub handler_refused: Family<Vec<(String, String)>, Counter>,
+    /// Source topics found deleted and created again (a new topic id), by source topic.
+    pub source_recreated: Family<Vec<(String, String)>, Counter>,
+    /// The latest id each recreated source topic was counted with: several streams (or one
+    /// stream's later checks) seeing the same new id count it once.
+    recreated_ids: Mutex<HashMap<String, String>>,
 }
 
 impl Default for Recorded {
@@ -127,6 +157,11 @@ impl Default for Recorded {
             commit_failures: Family::default(),
             commit_failures_in_a_row: AtomicU64::new(0),
             skipped: Family::default(),
+            config_sync_failures: Family::default(),
+            store_rejected: Family::default(),
+            handler_refused: Family::default(),
+            source_recreated: Family::default(),
+            recreated_ids: Mutex::default(),
         }
     }
 }
@@ -142,6 +177,29 @@ impl Recorded {
         self.skipped
             .get_or_create(&vec![("reason".to_owned(), reason.to_owned())])
             .inc_by(records);
+    }
+
+    pub fn count_handler_refused(&self, topic: &str, action: &str) {
+        self.handler_refused
+            .get_or_create(&vec![
+                ("topic".to_owned(), topic.to_owned()),
+                ("action".to_owned(), action.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// Counts source topic `topic` as created again with id `id`, once per id whichever
+    /// stream sees it first; returns whether this call counted it.
+    pub fn count_recreated(&self, topic: &str, id: &str) -> bool {
+        let mut ids = self.recreated_ids.lock().unwrap_or_else(|e| e.into_inner());
+        if ids.get(topic).is_some_and(|known| known == id) {
+            return false;
+        }
+        ids.insert(topic.to_owned(), id.to_owned());
+        self.source_recreated
+            .get_or_create(&vec![("topic".to_owned(), topic.to_owned())])
+            .inc();
+        true
     }
 
     pub fn commit_succeeded(&self) {
@@ -196,6 +254,16 @@ impl Streams {
             .count()
     }
 
+    /// Whether a live stream of this process has `partition` assigned now.
+    pub fn own(&self, partition: &Partition) -> bool {
+        self.live().iter().any(|s| {
+            s.owned
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(partition)
+        })
+    }
+
     pub fn live(&self) -> Vec<Arc<StreamShared>> {
         self.0
             .lock()
@@ -235,26 +303,37 @@ pub struct StreamShared {
     pub source_up: AtomicBool,
     /// When the stream's loop last turned (ms since start), for the systemd watchdog.
     pub last_turn: AtomicU64,
+    /// The source partitions assigned to this stream now (for the heartbeats: the instance
+    /// owning the heartbeats topic's partition 0 writes them).
+    pub owned: Mutex<std::collections::HashSet<Partition>>,
     /// Per assigned source partition, the consumer's lag in its latest statistics.
     pub lag: Mutex<Vec<PartitionLag>>,
+    /// The replication delay of the partitions it owns, from the same statistics.
+    pub delay: super::delay::ReplicationDelay,
     /// Set when the target refused a record for good in a delivery report (abort mode):
     /// records produced after it may still be queued, and must not land after it.
     pub failed_with_records_behind: AtomicBool,
     /// Per source partition owned now, the offset its last successful synchronous commit
     /// committed (the shutdown commit, or a commit before a release): a release that finds
     /// the same commit point has nothing to commit.
-    pub committed_sync: Mutex<std::collections::HashMap<(String, i32), i64>>,
+    pub committed_sync: Mutex<std::collections::HashMap<Partition, i64>>,
+    /// `--on.handler.error skip|dead-letter`: the log lines of refused records, at most one
+    /// a second per stream (a poison stream of records must not flood the log).
+    pub refusals_logged: Mutex<LogLimit>,
     /// `--create.topics`: the target topic of each source topic (`--target.topic`). One of
     /// these found missing while running (deleted) is created again, and the source
     /// partitions whose records it refused are mirrored again. (A handler's other output
     /// topics are not made: a missing one stays a send failure.)
     pub recreatable: std::sync::OnceLock<crate::settings::routing::TopicTemplate>,
+    /// `--on.handler.error dead-letter`: the dead-letter topic, whose records the offset
+    /// mapping leaves out (they are no copies a consumer group could resume from).
+    pub dead_letter: std::sync::OnceLock<String>,
     /// The target topics found missing, with the source partition of each refused record;
     /// the stream's loop creates them again and rewinds those partitions.
     pub missing_targets: Mutex<Vec<MissingTarget>>,
     /// The offset mapping's side of this stream (`--offset.mapping true`): segments built
     /// from delivery reports, and the commit points the store holds.
-    pub mapping: Option<super::ledger::StreamMapping>,
+    pub mapping: Option<super::mapping::ledger::StreamMapping>,
 }
 
 /// A record refused because its target topic does not exist (any more).
@@ -265,13 +344,39 @@ pub struct MissingTarget {
     pub partition: i32,
 }
 
+/// At most one log line per [`LogLimit::EVERY`], with the count of those held back.
+#[derive(Debug, Default)]
+pub struct LogLimit {
+    last: Option<Instant>,
+    held_back: u64,
+}
+
+impl LogLimit {
+    pub const EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+    /// `Some(n)` when a line may be logged now (`n` lines were held back since the last),
+    /// `None` when this one is held back.
+    pub fn allow(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(last) if now.duration_since(last) < Self::EVERY => {
+                self.held_back += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.held_back))
+            }
+        }
+    }
+}
+
 impl StreamShared {
     pub fn new(
         stream: usize,
         control: Arc<Control>,
         stats: Arc<Stats>,
         abort_on_send_failure: bool,
-        mapping: Option<super::ledger::StreamMapping>,
+        mapping: Option<super::mapping::ledger::StreamMapping>,
     ) -> Arc<StreamShared> {
         let shared = Arc::new(StreamShared {
             stream,
@@ -283,10 +388,14 @@ impl StreamShared {
             target_up: true.into(),
             source_up: true.into(),
             last_turn: Default::default(),
+            owned: Default::default(),
             lag: Default::default(),
+            delay: Default::default(),
             failed_with_records_behind: false.into(),
             committed_sync: Default::default(),
+            refusals_logged: Default::default(),
             recreatable: std::sync::OnceLock::new(),
+            dead_letter: std::sync::OnceLock::new(),
             missing_targets: Mutex::default(),
             mapping,
         });
@@ -300,6 +409,37 @@ impl StreamShared {
 
     pub fn tracker(&self) -> MutexGuard<'_, OffsetTracker> {
         self.tracker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A rebalance assigned `partitions` to the stream (with the eager protocol: all of them).
+    pub fn took(&self, partitions: &[Partition]) {
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        owned.extend(partitions.iter().cloned());
+    }
+
+    /// After a release: `partitions` leave the tracker, the record of their last synchronous
+    /// commit and the offset mapping.
+    pub fn forget(&self, partitions: &[Partition]) {
+        let mut tracker = self.tracker();
+        let mut committed = self
+            .committed_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (topic, partition) in partitions {
+            tracker.release(topic, *partition);
+            committed.remove(&(topic.clone(), *partition));
+        }
+        if let Some(mapping) = &self.mapping {
+            mapping.forget(partitions);
+        }
+    }
+
+    /// A rebalance took `partitions` from the stream.
+    pub fn released(&self, partitions: &[Partition]) {
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        for p in partitions {
+            owned.remove(p);
+        }
     }
 
     /// Records that the stream's loop turned at `now`.
@@ -341,5 +481,26 @@ impl ShutdownGate {
         let _ = self
             .all_done
             .wait_timeout_while(remaining, timeout, |r| *r > 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_limit_lets_one_line_a_second_through_and_counts_the_rest() {
+        let start = Instant::now();
+        let mut limit = LogLimit::default();
+        assert_eq!(limit.allow(start), Some(0));
+        let soon = start + std::time::Duration::from_millis(100);
+        assert_eq!(limit.allow(soon), None);
+        assert_eq!(limit.allow(soon), None);
+        assert_eq!(
+            limit.allow(start + LogLimit::EVERY),
+            Some(2),
+            "two held back"
+        );
+        assert_eq!(limit.allow(start + LogLimit::EVERY * 3), Some(0));
     }
 }

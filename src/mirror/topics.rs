@@ -25,7 +25,7 @@ use crate::settings::counted;
 use crate::settings::routing::TopicTemplate;
 
 #[derive(Debug, thiserror::Error)]
-pub enum TopicError {
+pub(crate) enum TopicError {
     #[error("cannot create target topic {topic} ({}, replication factor {replication}): the target cluster refused: {reason}. Create it yourself, or grant the mirror's principal CREATE on it", counted(.partitions, "partition"))]
     CreateRefused {
         topic: String,
@@ -55,7 +55,7 @@ pub enum TopicError {
 impl TopicError {
     /// Whether trying again later may succeed (a time-out, a broker down or moving, a
     /// controller changing); the others (authorization, policy, invalid settings) will not.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
             TopicError::CreateRefused { transient, .. }
             | TopicError::GrowRefused { transient, .. }
@@ -65,7 +65,7 @@ impl TopicError {
 }
 
 /// Whether an error code from an admin or metadata request is worth retrying.
-pub fn transient_code(code: Option<RDKafkaErrorCode>) -> bool {
+pub(crate) fn transient_code(code: Option<RDKafkaErrorCode>) -> bool {
     use RDKafkaErrorCode as C;
     matches!(
         code,
@@ -96,7 +96,7 @@ pub fn transient_code(code: Option<RDKafkaErrorCode>) -> bool {
 }
 
 /// Creates target topics and partitions as the source has them.
-pub struct TopicCreator {
+pub(crate) struct TopicCreator {
     source: AdminClient<DefaultClientContext>,
     target: AdminClient<DefaultClientContext>,
     template: TopicTemplate,
@@ -127,7 +127,7 @@ fn partitions_of(metadata: &Metadata, topic: &str) -> Option<(usize, i32)> {
 }
 
 impl TopicCreator {
-    pub fn new(
+    pub(crate) fn new(
         consumer: &ClientProps,
         producer: &ClientProps,
         template: TopicTemplate,
@@ -157,9 +157,7 @@ impl TopicCreator {
                 .map(str::to_owned)
                 .collect(),
             known: Mutex::default(),
-            runtime: tokio::runtime::Builder::new_current_thread()
-                .build()
-                .map_err(|e| e.to_string())?,
+            runtime: crate::native::runtime().map_err(|e| e.to_string())?,
             timeout,
             preserve,
         })
@@ -192,7 +190,7 @@ impl TopicCreator {
     /// partitions as the source, and at least `assigned` (one more than the highest source
     /// partition number assigned). Returns the target topic's name. The cache is consulted
     /// first: a target topic known to have the assigned partitions costs no request.
-    pub fn ensure(&self, source_topic: &str, assigned: usize) -> Result<String, TopicError> {
+    pub(crate) fn ensure(&self, source_topic: &str, assigned: usize) -> Result<String, TopicError> {
         let target_topic = self.template.render(source_topic);
         if self.known_partitions(&target_topic) >= assigned.max(1) {
             return Ok(target_topic);
@@ -237,7 +235,7 @@ impl TopicCreator {
 
     /// Forgets what is known of `target_topic` (it was found missing): the next
     /// [`ensure`](Self::ensure) asks the clusters again and creates it.
-    pub fn forget(&self, target_topic: &str) {
+    pub(crate) fn forget(&self, target_topic: &str) {
         self.known
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -364,6 +362,71 @@ impl TopicCreator {
             Err(e) => Err(e),
         }
     }
+}
+
+/// `--on.handler.error dead-letter`: makes sure the dead-letter topic exists on the target
+/// before anything is consumed: created with 1 partition (replication factor the target's
+/// brokers, at most 3) under `--create.topics true`, otherwise refused. Returns what it did,
+/// for the log.
+pub(crate) fn ensure_dead_letter_topic(
+    producer: &ClientProps,
+    topic: &str,
+    create: bool,
+    timeout: Duration,
+) -> Result<String, String> {
+    let admin = producer
+        .connection_config()
+        .set("allow.auto.create.topics", "false")
+        .create::<AdminClient<DefaultClientContext>>()
+        .map_err(|e| format!("{}: {e}", producer.path.display()))?;
+    let cannot = |why: String| {
+        format!(
+            "dead-letter topic {topic} (--dead.letter.topic): {why}. Create it on the target \
+             yourself, or grant the producer's principal CREATE on it"
+        )
+    };
+    let metadata = admin
+        .inner()
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|e| cannot(format!("cannot read its metadata: {e}")))?;
+    if partitions_of(&metadata, topic).is_some() {
+        return Ok(format!("dead-letter topic {topic} exists"));
+    }
+    if !create {
+        return Err(format!(
+            "dead-letter topic {topic} (--dead.letter.topic) does not exist on the target and \
+             --create.topics is false: create it, or run with --create.topics true"
+        ));
+    }
+    let cluster_id = admin.inner().fetch_cluster_id(timeout).unwrap_or_default();
+    if cluster_id.starts_with("mockCluster") {
+        // librdkafka's mock cluster has no CreateTopics; it makes a topic on the first produce.
+        return Ok(format!(
+            "dead-letter topic {topic}: made by the mock cluster on first write"
+        ));
+    }
+    let replication = (metadata.brokers().len() as i32).clamp(1, 3);
+    let new_topic = NewTopic::new(topic, 1, TopicReplication::Fixed(replication));
+    let options = AdminOptions::new()
+        .request_timeout(Some(timeout))
+        .operation_timeout(Some(timeout));
+    let runtime = crate::native::runtime().map_err(|e| cannot(e.to_string()))?;
+    let results = runtime
+        .block_on(admin.create_topics([&new_topic], &options))
+        .map_err(|e| cannot(format!("the target cluster refused to create it: {e}")))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, code)) => {
+                return Err(cannot(format!(
+                    "the target cluster refused to create it: {code}"
+                )))
+            }
+        }
+    }
+    Ok(format!(
+        "created the dead-letter topic {topic} (1 partition, replication factor {replication})"
+    ))
 }
 
 #[cfg(test)]

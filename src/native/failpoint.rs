@@ -11,10 +11,15 @@ use std::sync::OnceLock;
 pub const VARIABLE: &str = "MIRROR_MAKER_STOP_AT";
 
 /// Exactly once: a stream has read its newly assigned partitions' progress from the store and
-/// has not yet claimed them (`mirror::transaction`).
+/// has not yet claimed them (`mirror::exactly_once::handover`).
 pub const BEFORE_CLAIM: &str = "before-claim";
 
-const POINTS: &[&str] = &[BEFORE_CLAIM];
+/// Exactly once: a stream's source group has accepted the commit of its newly assigned
+/// partitions' start (the check that it still owns them), and the transaction that claims
+/// them is not yet committed (`mirror::exactly_once::handover`).
+pub const BEFORE_CLAIM_COMMIT: &str = "before-claim-commit";
+
+const POINTS: &[&str] = &[BEFORE_CLAIM, BEFORE_CLAIM_COMMIT];
 
 static ARMED: OnceLock<Option<String>> = OnceLock::new();
 static FIRED: AtomicBool = AtomicBool::new(false);

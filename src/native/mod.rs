@@ -6,9 +6,12 @@
 //!   results, statistics, logs and errors to the consumer's context;
 //! - [`record`]: a consumed record borrowed from librdkafka (no copy of ours) and its headers;
 //! - [`produce`]: `rd_kafka_producev` with a ready C topic name and headers copied natively;
-//! - [`admin`]: DescribeTopics with the principal's authorized operations (for `check`);
+//! - [`admin`]: DescribeTopics with the principal's authorized operations (for `check`), and
+//!   IncrementalAlterConfigs (SET of named topic configs, for the topic-config sync),
+//!   DescribeAcls, CreateAcls and DeleteAcls on topic ACLs (for the ACL sync);
 //! - [`failpoint`]: a trial's named point where the process stops itself (SIGSTOP);
-//! - [`NativePtr`]: the one owner type of a native handle, released once by its [`NativeDrop`].
+//! - [`NativePtr`]: the one owner type of a native handle, released once by its [`NativeDrop`];
+//! - [`host_name`]: the kernel's host name, without `/proc` (which `ProcSubset=pid` hides).
 
 pub mod admin;
 pub mod failpoint;
@@ -21,6 +24,19 @@ use std::ptr::NonNull;
 
 use rdkafka::bindings as rdsys;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+
+/// This machine's host name from `gethostname`, which needs no `/proc`: the systemd unit's
+/// `ProcSubset=pid` hides `/proc/sys/kernel/hostname`.
+pub fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes, which gethostname writes at most.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    std::str::from_utf8(&buf[..n]).ok().map(str::to_owned)
+}
 
 /// A librdkafka type with one function that releases what we own of it.
 pub trait NativeDrop {
@@ -91,6 +107,18 @@ native_drop! {
     rd_kafka_AdminOptions_t => rd_kafka_AdminOptions_destroy: "An admin request's options.";
     rd_kafka_TopicCollection_t => rd_kafka_TopicCollection_destroy:
         "The topic names of a DescribeTopics request.";
+    rd_kafka_ConfigResource_t => rd_kafka_ConfigResource_destroy:
+        "One resource of an IncrementalAlterConfigs request (librdkafka copies it).";
+    rd_kafka_AclBinding_t => rd_kafka_AclBinding_destroy:
+        "An ACL binding or binding filter of an ACL request (librdkafka copies it).";
+}
+
+/// A runtime on the calling thread for the few futures the mirror awaits off the data path:
+/// rust-rdkafka's admin requests and tokio's signal streams. The streams never run on it.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
 }
 
 /// The group member id of `consumer`, as the broker assigned it ("" before the first join).
@@ -131,4 +159,13 @@ pub fn cached_low_watermark<C: ConsumerContext>(
         )
     };
     (err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && low >= 0).then_some(low)
+}
+
+#[cfg(test)]
+mod host_name_tests {
+    #[test]
+    fn the_host_name_is_the_kernels_read_without_proc() {
+        let from_proc = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert_eq!(super::host_name().as_deref(), Some(from_proc.trim()));
+    }
 }

@@ -28,8 +28,9 @@ impl RawHeaders {
         RawHeaders(unsafe { NativePtr::from_ptr(ptr) })
     }
 
-    /// Appends a header (repeated names are kept, in order).
-    pub fn add(&mut self, key: &str, value: Option<&[u8]>) {
+    /// Appends a header (repeated names are kept, in order). A name is bytes, as on the wire:
+    /// Kafka does not require it to be UTF-8.
+    pub fn add(&mut self, key: &[u8], value: Option<&[u8]>) {
         let list = match &self.0 {
             Some(list) => list.ptr(),
             None => {

@@ -77,9 +77,18 @@ impl Record<'_> {
         }
     }
 
-    /// Key and value bytes: what the in-flight limits count.
+    /// Key, value and header bytes (each header's name and value): what the in-flight limits
+    /// and the consumed-bytes counters count. Headers count too, or records that are mostly
+    /// headers would be bounded by their number alone.
     pub fn size(&self) -> usize {
-        self.payload_len() + self.key().map_or(0, <[u8]>::len)
+        self.payload_len() + self.key().map_or(0, <[u8]>::len) + self.header_bytes()
+    }
+
+    /// The bytes of the record's header names and values.
+    pub fn header_bytes(&self) -> usize {
+        self.headers()
+            .map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len))
+            .sum()
     }
 
     /// Creation or log-append time in ms, if the record has one (-1 is none, as in
@@ -107,29 +116,9 @@ impl Record<'_> {
 
     /// The record's headers (parsed by librdkafka on first use), in order.
     pub fn headers(&self) -> impl Iterator<Item = Header<'_>> {
-        let list = self.header_list();
-        (0..).map_while(move |i| {
-            if list.is_null() {
-                return None;
-            }
-            let mut name: *const c_char = std::ptr::null();
-            let mut value: *const c_void = std::ptr::null();
-            let mut size = 0usize;
-            // SAFETY: `list` belongs to the message, which outlives the iterator; on success
-            // the name is NUL-terminated and the value is `size` bytes (or null), both owned
-            // by the list.
-            unsafe {
-                if rdsys::rd_kafka_header_get_all(list, i, &mut name, &mut value, &mut size)
-                    != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-                {
-                    return None;
-                }
-                Some(Header {
-                    key: CStr::from_ptr(name).to_bytes(),
-                    value: bytes(value, size),
-                })
-            }
-        })
+        // SAFETY: the list (or null) belongs to the message, which `self` keeps alive for
+        // the borrow.
+        unsafe { headers_of(self.header_list()) }
     }
 
     /// A copy of the record's headers for the producer, made by librdkafka (not on our heap).
@@ -142,6 +131,53 @@ impl Record<'_> {
         // returns an independent copy that the new value owns.
         unsafe { RawHeaders::from_ptr(rdsys::rd_kafka_headers_copy(list)) }
     }
+}
+
+/// The headers of a message rust-rdkafka consumed (`verify`, the tools' readers), in order,
+/// names as bytes: rust-rdkafka's own `Headers` panics on a name that is not UTF-8, which Kafka
+/// allows.
+pub fn message_headers<'m>(
+    message: &'m rdkafka::message::BorrowedMessage<'_>,
+) -> impl Iterator<Item = Header<'m>> + 'm {
+    let mut list: *mut rdsys::rd_kafka_headers_t = std::ptr::null_mut();
+    // SAFETY: a live message (borrowed for 'm); librdkafka points `list` at headers the
+    // message owns, or leaves it null.
+    let err = unsafe { rdsys::rd_kafka_message_headers(message.ptr(), &mut list) };
+    if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        list = std::ptr::null_mut();
+    }
+    // SAFETY: the list belongs to the message, which outlives 'm.
+    unsafe { headers_of(list) }
+}
+
+/// The headers of `list`, in order.
+///
+/// # Safety
+/// `list` must be null or a header list that stays valid and unchanged for 'a.
+unsafe fn headers_of<'a>(
+    list: *const rdsys::rd_kafka_headers_t,
+) -> impl Iterator<Item = Header<'a>> + 'a {
+    (0..).map_while(move |i| {
+        if list.is_null() {
+            return None;
+        }
+        let mut name: *const c_char = std::ptr::null();
+        let mut value: *const c_void = std::ptr::null();
+        let mut size = 0usize;
+        // SAFETY: `list` is valid for 'a (the caller's contract); on success the name is
+        // NUL-terminated and the value is `size` bytes (or null), both owned by the list.
+        unsafe {
+            if rdsys::rd_kafka_header_get_all(list, i, &mut name, &mut value, &mut size)
+                != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+            {
+                return None;
+            }
+            Some(Header {
+                key: CStr::from_ptr(name).to_bytes(),
+                value: bytes(value, size),
+            })
+        }
+    })
 }
 
 /// One header of a consumed record.

@@ -1,12 +1,24 @@
 //! Health and metrics over HTTP (`--metrics.addr`): `/metrics`, `/health/live` and
 //! `/health/ready`, and what "ready" means.
+//!
+//! The server is hyper's HTTP/1, on a single-threaded tokio runtime of its own thread (a busy
+//! or stuck mirror does not delay a probe). Bounded: at most [`MAX_CONNECTIONS`] at once (one
+//! more closes the oldest), a request's line and headers within [`HEADER_READ_TIMEOUT`] and
+//! [`MAX_HEAD_BYTES`] (the timeout also ends a keep-alive connection left idle), request
+//! bodies never read. A request for a host name that is not ours gets 421 ([`host_allowed`]):
+//! a web page cannot read the endpoints through DNS rebinding.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE, HOST};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 
 use super::metrics::registry;
@@ -21,7 +33,15 @@ const COMMIT_FAILURES_NOT_READY: u64 = 3;
 /// had a broker connected in their latest statistics), and no stop requested. `Err` says why
 /// not. An assignment is not needed: a mirror whose whitelist matches nothing yet, or one of
 /// more instances than partitions, is running as it should; [`assignment`] tells it apart.
-pub fn readiness(stats: &Stats, control: &Control, streams: usize) -> Result<(), String> {
+///
+/// With `--max.replication.delay.ms`, a replication delay above it is not ready either
+/// (logged once as it passes the limit and once as it comes back under).
+pub fn readiness(
+    stats: &Stats,
+    control: &Control,
+    streams: usize,
+    max_delay: Option<Duration>,
+) -> Result<(), String> {
     if control.stop_requested() {
         return Err("stopping".to_owned());
     }
@@ -61,6 +81,31 @@ pub fn readiness(stats: &Stats, control: &Control, streams: usize) -> Result<(),
              the log)"
         ));
     }
+    if let Some(limit) = max_delay {
+        let now = std::time::Instant::now();
+        let worst = live
+            .iter()
+            .flat_map(|s| s.delay.delays(now))
+            .max_by_key(|(_, d)| *d);
+        let over = worst.as_ref().is_some_and(|(_, d)| *d > limit);
+        if stats.delay_over_limit.swap(over, Ordering::Relaxed) != over {
+            match &worst {
+                Some(((topic, partition), delay)) if over => tracing::warn!(
+                    "replication delay {delay:.1?} ({topic}/{partition}) is above \
+                     --max.replication.delay.ms ({limit:?}): not ready until it is back under"
+                ),
+                _ => tracing::info!(
+                    "replication delay back under --max.replication.delay.ms ({limit:?})"
+                ),
+            }
+        }
+        if let (true, Some(((topic, partition), delay))) = (over, worst) {
+            return Err(format!(
+                "replication delay {delay:.1?} ({topic}/{partition}) is above \
+                 --max.replication.delay.ms ({limit:?})"
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -72,101 +117,310 @@ pub fn assignment(stats: &Stats, streams: usize) -> String {
     )
 }
 
-/// Serves `/metrics`, `/health/live` and `/health/ready` on `addr` from a thread of its own.
-/// Binding happens here, so a bad address is reported before the mirror starts.
-pub fn serve(
-    addr: SocketAddr,
+/// At most this many connections at once. One more closes the oldest: the endpoints answer in
+/// microseconds, so the oldest is a slow or idle client, and a probe's connection is young.
+const MAX_CONNECTIONS: usize = 64;
+
+/// A request's line and headers must have arrived this long after the connection opened (or
+/// after the previous response on a kept-alive connection): a slow client is cut off.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most a request's line and headers may take; beyond, 431 and the connection is closed.
+const MAX_HEAD_BYTES: usize = 16 << 10;
+
+/// After a failed accept (out of file descriptors), how long before the next.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// The host names served besides IP addresses and `localhost`: those listed
+/// (`--metrics.allowed.hosts`) and the host of `--metrics.addr` itself when it is a name.
+pub fn allowed_hosts(metrics_addr: &str, listed: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = listed.iter().map(|n| normalized(n)).collect();
+    let host = metrics_addr
+        .rsplit_once(':')
+        .map_or(metrics_addr, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.parse::<IpAddr>().is_err() && !host.is_empty() {
+        names.push(normalized(host));
+    }
+    names
+}
+
+/// A host name as compared: lowercase, without the final dot of a fully qualified name.
+fn normalized(name: &str) -> String {
+    name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()
+}
+
+/// Whether a request for `authority` (HOST or HOST:PORT, from the Host header or an absolute
+/// request URI) is served: an IP address, `localhost`, or a name in `allowed` (normalized),
+/// whatever the port. A name that another site's page can be loaded from is refused: DNS
+/// rebinding points such a name at this machine, and the browser then lets that page read
+/// what it fetches from it; an IP address or localhost cannot be that other site.
+pub fn host_allowed(authority: &str, allowed: &[String]) -> bool {
+    let host = if let Some(bracketed) = authority.strip_prefix('[') {
+        // [IPv6] or [IPv6]:PORT
+        let Some((ip, rest)) = bracketed.split_once(']') else {
+            return false;
+        };
+        let port_ok = rest.is_empty()
+            || rest
+                .strip_prefix(':')
+                .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()));
+        return port_ok && ip.parse::<std::net::Ipv6Addr>().is_ok();
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+            Some(_) => return false,
+            None => authority,
+        }
+    };
+    if host.parse::<std::net::Ipv4Addr>().is_ok() {
+        return true;
+    }
+    let host = normalized(host);
+    host == "localhost" || allowed.contains(&host)
+}
+
+/// What every connection's requests are answered from.
+struct Endpoints {
+    registry: Registry,
     stats: Arc<Stats>,
     control: Arc<Control>,
     streams: usize,
+    max_delay: Option<Duration>,
+    allowed_hosts: Vec<String>,
+}
+
+/// Serves `/metrics`, `/health/live` and `/health/ready` on `addr` from a thread of its own.
+/// Binding happens here, so a bad address is reported before the mirror starts.
+/// `allowed_hosts`: [`allowed_hosts`].
+pub fn serve(
+    addr: SocketAddr,
+    allowed_hosts: Vec<String>,
+    stats: Arc<Stats>,
+    control: Arc<Control>,
+    streams: usize,
+    max_delay: Option<Duration>,
 ) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)?;
+    let listener = std::net::TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
+    listener.set_nonblocking(true)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    let listener = {
+        let _guard = runtime.enter();
+        tokio::net::TcpListener::from_std(listener)?
+    };
     stats
         .recorded
         .latency_enabled
         .store(true, Ordering::Relaxed);
-    let registry = registry(&stats);
+    let endpoints = Arc::new(Endpoints {
+        registry: registry(&stats),
+        stats,
+        control,
+        streams,
+        max_delay,
+        allowed_hosts,
+    });
     std::thread::Builder::new()
         .name("metrics".into())
-        .spawn(move || {
-            for connection in listener.incoming() {
-                let Ok(connection) = connection else { continue };
-                if let Err(e) = answer(connection, &registry, &stats, &control, streams) {
-                    tracing::debug!("metrics endpoint: {e}");
-                }
-            }
-        })?;
+        .spawn(move || runtime.block_on(accept(listener, endpoints)))?;
     tracing::info!(
         "serving metrics at http://{bound}/metrics, health at /health/live and /health/ready"
     );
     Ok(bound)
 }
 
-fn answer(
-    mut connection: TcpStream,
-    registry: &Registry,
-    stats: &Stats,
-    control: &Control,
-    streams: usize,
-) -> std::io::Result<()> {
-    connection.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(&connection);
-    let mut request_line = String::new();
-    reader.read_line(&mut request_line)?;
-    // Read the headers too: closing a socket with unread input resets the connection, and
-    // the client could lose the response.
-    let mut header = String::new();
-    while reader.read_line(&mut header)? > 2 {
-        header.clear();
+/// Accepts connections for ever, each served by a task of its own; at [`MAX_CONNECTIONS`],
+/// a new one closes the oldest still open.
+async fn accept(listener: tokio::net::TcpListener, endpoints: Arc<Endpoints>) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .keep_alive(true)
+        // Header names as the old server wrote them (Content-Type, Allow): scripts grep them.
+        .title_case_headers(true);
+    let mut open: VecDeque<tokio::task::AbortHandle> = VecDeque::new();
+    loop {
+        let (connection, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::debug!("metrics endpoint: cannot accept a connection: {e}");
+                tokio::time::sleep(ACCEPT_RETRY).await;
+                continue;
+            }
+        };
+        open.retain(|task| !task.is_finished());
+        if open.len() >= MAX_CONNECTIONS {
+            if let Some(oldest) = open.pop_front() {
+                tracing::debug!(
+                    "metrics endpoint: {MAX_CONNECTIONS} connections open; closing the oldest \
+                     for one from {peer}"
+                );
+                oldest.abort();
+            }
+        }
+        let endpoints = endpoints.clone();
+        let serving = http.serve_connection(
+            TokioIo::new(connection),
+            hyper::service::service_fn(move |request| {
+                let response = endpoints.answer(&request);
+                async move { Ok::<_, Infallible>(response) }
+            }),
+        );
+        open.push_back(
+            tokio::spawn(async move {
+                if let Err(e) = serving.await {
+                    tracing::debug!("metrics endpoint: connection from {peer}: {e}");
+                }
+            })
+            .abort_handle(),
+        );
     }
-    let mut parts = request_line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    // HEAD is answered as GET is, headers only (monitoring probes use it).
-    let head = method == "HEAD";
-    let (status, content_type, body) = if method != "GET" && !head {
-        (
-            "405 Method Not Allowed\r\nAllow: GET, HEAD",
-            "text/plain",
-            "use GET or HEAD\n".to_owned(),
-        )
-    } else {
-        match path {
+}
+
+impl Endpoints {
+    /// The response to one request (its body, if any, is never read).
+    fn answer(&self, request: &Request<Incoming>) -> Response<String> {
+        let authority = match request.uri().authority() {
+            Some(authority) => Some(authority.as_str()),
+            None => match request.headers().get(HOST).map(HeaderValue::to_str) {
+                Some(Ok(host)) => Some(host),
+                Some(Err(_)) => Some(""),
+                None => None,
+            },
+        };
+        // No Host at all (an HTTP/1.0 script): no browser sends such a request.
+        if let Some(host) = authority.filter(|h| !host_allowed(h, &self.allowed_hosts)) {
+            return text(
+                StatusCode::MISDIRECTED_REQUEST,
+                "text/plain",
+                format!(
+                    "host {host:?} is not served here (a guard against DNS rebinding): ask \
+                     by IP address or localhost, or add the name to --metrics.allowed.hosts\n"
+                ),
+            );
+        }
+        // HEAD is answered as GET is, headers only (monitoring probes use it); hyper leaves
+        // the body out and keeps its Content-Length.
+        if request.method() != Method::GET && request.method() != Method::HEAD {
+            let mut response = text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "text/plain",
+                "use GET or HEAD\n".to_owned(),
+            );
+            response
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+            return response;
+        }
+        match request.uri().path() {
             "/metrics" => {
                 let mut body = String::new();
-                match prometheus_client::encoding::prometheus_text::encode(&mut body, registry) {
-                    Ok(()) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body),
-                    Err(_) => (
-                        "500 Internal Server Error",
+                match prometheus_client::encoding::prometheus_text::encode(
+                    &mut body,
+                    &self.registry,
+                ) {
+                    Ok(()) => text(
+                        StatusCode::OK,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                        body,
+                    ),
+                    Err(_) => text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
                         "text/plain",
                         "cannot encode the metrics\n".to_owned(),
                     ),
                 }
             }
-            "/health/live" => ("200 OK", "text/plain", "live\n".to_owned()),
+            "/health/live" => text(StatusCode::OK, "text/plain", "live\n".to_owned()),
             "/health/ready" => {
-                let assignment = assignment(stats, streams);
-                match readiness(stats, control, streams) {
-                    Ok(()) => ("200 OK", "text/plain", format!("ready\n{assignment}\n")),
-                    Err(why) => (
-                        "503 Service Unavailable",
+                let assignment = assignment(&self.stats, self.streams);
+                match readiness(&self.stats, &self.control, self.streams, self.max_delay) {
+                    Ok(()) => text(
+                        StatusCode::OK,
+                        "text/plain",
+                        format!("ready\n{assignment}\n"),
+                    ),
+                    Err(why) => text(
+                        StatusCode::SERVICE_UNAVAILABLE,
                         "text/plain",
                         format!("not ready: {why}\n{assignment}\n"),
                     ),
                 }
             }
-            _ => (
-                "404 Not Found",
+            _ => text(
+                StatusCode::NOT_FOUND,
                 "text/plain",
                 "try /metrics, /health/live or /health/ready\n".to_owned(),
             ),
         }
-    };
-    write!(
-        connection,
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
-        body.len(),
-        if head { "" } else { &body }
-    )?;
-    connection.flush()
+    }
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<String> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_addresses_and_localhost_pass_the_host_check_with_any_port() {
+        for host in [
+            "127.0.0.1",
+            "127.0.0.1:9464",
+            "10.244.3.17:9464",
+            "[::1]",
+            "[::1]:9464",
+            "[fe80::1]:80",
+            "localhost",
+            "LOCALHOST:1",
+            "localhost.:9464",
+        ] {
+            assert!(host_allowed(host, &[]), "{host}");
+        }
+    }
+
+    #[test]
+    fn other_names_fail_the_host_check_unless_allowed() {
+        for host in [
+            "rebound.example",
+            "rebound.example:9464",
+            "127.0.0.1.rebound.example",
+            "localhost.rebound.example",
+            "[::1].rebound.example",
+            "[::1]x",
+            "[rebound.example]",
+            "::1",
+            "127.0.0.1:http",
+            "",
+        ] {
+            assert!(!host_allowed(host, &[]), "{host}");
+        }
+        let allowed = allowed_hosts("mirror.internal:9464", &["Mirror.Monitoring.svc.".into()]);
+        assert_eq!(allowed, ["mirror.monitoring.svc", "mirror.internal"]);
+        assert!(host_allowed(
+            "mirror-maker.example",
+            &["mirror-maker.example".into()]
+        ));
+        assert!(host_allowed("MIRROR.internal:80", &allowed));
+        assert!(host_allowed("mirror.monitoring.svc:9464", &allowed));
+        assert!(!host_allowed("other.monitoring.svc:9464", &allowed));
+    }
+
+    #[test]
+    fn an_address_given_as_ip_adds_no_name() {
+        assert!(allowed_hosts("0.0.0.0:9464", &[]).is_empty());
+        assert!(allowed_hosts("[::]:9464", &[]).is_empty());
+    }
 }

@@ -23,6 +23,8 @@ pub struct Snapshot {
     /// Records between each partition's position and its high watermark, per the consumers'
     /// latest statistics.
     pub lag: Vec<PartitionLag>,
+    /// Per source topic, its partitions' largest replication delay.
+    pub delay: std::collections::BTreeMap<String, std::time::Duration>,
 }
 
 impl Snapshot {
@@ -31,7 +33,12 @@ impl Snapshot {
         // A partition that moved between streams of this process has counters in both.
         let mut summed: std::collections::BTreeMap<(String, i32), PartitionCounters> =
             Default::default();
+        let now = std::time::Instant::now();
         for stream in stats.streams.live() {
+            for ((topic, _), delay) in stream.delay.delays(now) {
+                let worst = snapshot.delay.entry(topic).or_default();
+                *worst = (*worst).max(delay);
+            }
             for p in stream.tracker().partition_counters() {
                 summed
                     .entry((p.topic, p.partition))
@@ -72,6 +79,11 @@ impl Snapshot {
             Some(lag) => format!("lag {lag}"),
             None => "lag unknown".to_owned(),
         }
+    }
+
+    /// The largest replication delay of any partition; `None` before any statistics.
+    pub fn max_delay(&self) -> Option<std::time::Duration> {
+        self.delay.values().max().copied()
     }
 
     pub fn total_in_flight(&self) -> u64 {
@@ -124,7 +136,8 @@ impl Collector for StreamCollector {
             }),
             (
                 "mirror_bytes_consumed",
-                "Key and value bytes of the source records consumed",
+                "Bytes of the source records consumed: key, value and headers (record engine), \
+                 record batches as sent (batch engine)",
                 |c| c.consumed_bytes,
             ),
             (
@@ -162,7 +175,59 @@ impl Collector for StreamCollector {
             lag,
             ConstGauge::new,
         )?;
+        let mut family = encoder.encode_descriptor(
+            "mirror_replication_delay_seconds",
+            "How long ago the oldest source record not yet on the target was appended, per \
+             source topic (its partitions' largest; from this process's clocks, not record \
+             timestamps)",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (topic, delay) in &snapshot.delay {
+            let labels = [("topic", topic.clone())];
+            ConstGauge::new(delay.as_secs_f64()).encode(family.encode_family(&labels)?)?;
+        }
+        let worst = ConstGauge::new(snapshot.max_delay().unwrap_or_default().as_secs_f64());
+        worst.encode(encoder.encode_descriptor(
+            "mirror_replication_delay_max_seconds",
+            "The largest replication delay of any source partition this process owns",
+            None,
+            worst.metric_type(),
+        )?)?;
         let stats = &self.stats;
+        if let Some(throttle) = stats.throttle.get() {
+            let limits = [
+                (
+                    "mirror_throttle_bytes_per_second",
+                    "The byte rate limit of --throttle.bytes.per.second, over all streams",
+                    throttle.bytes_per_second(),
+                ),
+                (
+                    "mirror_throttle_records_per_second",
+                    "The record rate limit of --throttle.records.per.second, over all streams",
+                    throttle.records_per_second(),
+                ),
+            ];
+            for (name, help, limit) in limits {
+                if let Some(limit) = limit {
+                    let limit = ConstGauge::new(limit as i64);
+                    limit.encode(encoder.encode_descriptor(
+                        name,
+                        help,
+                        None,
+                        limit.metric_type(),
+                    )?)?;
+                }
+            }
+            let throttled = ConstCounter::new(Stats::get(&stats.throttled_micros) as f64 / 1e6);
+            throttled.encode(encoder.encode_descriptor(
+                "mirror_throttled_seconds",
+                "Seconds streams spent paused by the --throttle.*.per.second limits, summed over \
+                 streams",
+                None,
+                throttled.metric_type(),
+            )?)?;
+        }
         let totals = [
             (
                 "mirror_records_produced",
@@ -185,6 +250,12 @@ impl Collector for StreamCollector {
                 Stats::get(&stats.looped),
             ),
             (
+                "mirror_heartbeats_written",
+                "Heartbeats the source acknowledged (--heartbeats.interval.ms; only the \
+                 instance owning the heartbeats topic's partition 0 writes them)",
+                Stats::get(&stats.heartbeats_written),
+            ),
+            (
                 "mirror_commits",
                 "Offset commits the source cluster accepted",
                 Stats::get(&stats.commits),
@@ -198,6 +269,17 @@ impl Collector for StreamCollector {
                 "mirror_groups_synced",
                 "Times --sync.group.offsets committed a group's translated offsets on the target",
                 Stats::get(&stats.group_sync.groups_synced),
+            ),
+            (
+                "mirror_topic_configs_synced",
+                "Target topic configs --sync.topic.configs set as their source topics set them",
+                Stats::get(&stats.topic_configs_synced),
+            ),
+            (
+                "mirror_group_sync_offsets_refused",
+                "Translated offsets --sync.group.offsets did not commit: outside the target \
+                 partition's watermarks (a forged or stale offset-mapping record)",
+                Stats::get(&stats.group_sync.offsets_refused),
             ),
         ];
         for (name, help, value) in totals {
@@ -269,9 +351,32 @@ pub fn registry(stats: &Arc<Stats>) -> Registry {
         t.skipped.clone(),
     );
     registry.register(
+        "mirror_handler_refused",
+        "Source records the message handler refused that --on.handler.error let the mirror go \
+         past, by source topic and action (skip, dead-letter)",
+        t.handler_refused.clone(),
+    );
+    registry.register(
+        "mirror_store_records_rejected",
+        "Offset-mapping records not taken on a read of the store, by reason (undecodable, \
+         source_topic, target_topic, transactional_id); each read counts what it rejects",
+        t.store_rejected.clone(),
+    );
+    registry.register(
         "mirror_commit_failures",
         "Offset commits the source cluster refused, by error code",
         t.commit_failures.clone(),
+    );
+    registry.register(
+        "mirror_source_topic_recreated",
+        "Source topics found deleted and created again (a new topic id) and mirrored again from \
+         their beginning, by source topic",
+        t.source_recreated.clone(),
+    );
+    registry.register(
+        "mirror_config_sync_failures",
+        "Topic configs the target refused to set (--sync.topic.configs), by target topic and key",
+        t.config_sync_failures.clone(),
     );
     let info = prometheus_client::metrics::info::Info::new(vec![(
         "version".to_owned(),
@@ -282,4 +387,30 @@ pub fn registry(stats: &Arc<Stats>) -> Registry {
         stats: stats.clone(),
     }));
     registry
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_records_rejected_and_offsets_refused_are_served() {
+        let stats = Arc::new(Stats::default());
+        stats
+            .recorded
+            .store_rejected
+            .get_or_create(&vec![("reason".to_owned(), "undecodable".to_owned())])
+            .inc();
+        Stats::add(&stats.group_sync.offsets_refused, 2);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry(&stats)).unwrap();
+        assert!(
+            text.contains("mirror_store_records_rejected_total{reason=\"undecodable\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mirror_group_sync_offsets_refused_total 2"),
+            "{text}"
+        );
+    }
 }

@@ -67,7 +67,12 @@ fn watchdog_interval() -> Option<Duration> {
 }
 
 /// Tells systemd how the mirror is doing, from a thread of its own, until the process ends.
-pub fn start(stats: Arc<Stats>, control: Arc<Control>, streams: usize) {
+pub fn start(
+    stats: Arc<Stats>,
+    control: Arc<Control>,
+    streams: usize,
+    max_delay: Option<Duration>,
+) {
     let Some(notifier) = Notifier::from_env() else {
         return;
     };
@@ -86,7 +91,7 @@ pub fn start(stats: Arc<Stats>, control: Arc<Control>, streams: usize) {
                     // A signal sent STOPPING=1 already; after a fatal error the exit says it.
                     return;
                 }
-                match readiness(&stats, &control, streams) {
+                match readiness(&stats, &control, streams, max_delay) {
                     Ok(()) if !ready => {
                         ready = true;
                         notifier.send(&format!(

@@ -14,7 +14,7 @@ pub fn log_progress(stats: Arc<Stats>, control: Arc<Control>, interval: Duration
     let spawned = std::thread::Builder::new()
         .name("progress".into())
         .spawn(move || {
-            let mut last = (Instant::now(), 0u64, 0u64);
+            let mut last = (Instant::now(), 0u64, 0u64, 0u64);
             while !control.stop_requested() {
                 std::thread::sleep(interval);
                 let now = Instant::now();
@@ -32,7 +32,22 @@ pub fn log_progress(stats: Arc<Stats>, control: Arc<Control>, interval: Duration
                     Stats::get(&stats.filtered),
                     Stats::get(&stats.looped),
                 );
-                last = (now, consumed, acknowledged);
+                if let Some(throttle) = stats.throttle.get() {
+                    tracing::info!(
+                        "throttle: {} over all streams (in {:.0} bytes/s, {:.0} records/s); \
+                         paused by it {:.1} s in all since start",
+                        throttle.describe(),
+                        Stats::get(&stats.consumed_bytes).saturating_sub(last.3) as f64 / seconds,
+                        consumed.saturating_sub(last.1) as f64 / seconds,
+                        Stats::get(&stats.throttled_micros) as f64 / 1e6,
+                    );
+                }
+                last = (
+                    now,
+                    consumed,
+                    acknowledged,
+                    Stats::get(&stats.consumed_bytes),
+                );
             }
         });
     if let Err(e) = spawned {

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::toml_file::{self, TomlError};
 use rdkafka::config::ClientConfig;
 
 /// The context of the clients made only to validate a configuration: they have no broker,
@@ -38,6 +39,24 @@ pub enum Role {
     Producer,
 }
 
+impl Role {
+    /// The flag that names this client's config file.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Role::Consumer => "--consumer.config",
+            Role::Producer => "--producer.config",
+        }
+    }
+
+    /// "consumer config", "producer config": what the file is, in messages.
+    pub fn config(self) -> &'static str {
+        match self {
+            Role::Consumer => "consumer config",
+            Role::Producer => "producer config",
+        }
+    }
+}
+
 impl std::fmt::Display for Role {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -49,11 +68,13 @@ impl std::fmt::Display for Role {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {role} config {}: {source}", path.display())]
-    Read {
+    #[error(transparent)]
+    File(#[from] super::files::FileError),
+    #[error("{role} config {} is not UTF-8 (at byte {at}), which TOML files are; a Java .properties file (ISO-8859-1) must end in .properties", path.display())]
+    NotUtf8 {
         role: Role,
         path: PathBuf,
-        source: std::io::Error,
+        at: usize,
     },
     #[error("{role} config {} is not valid TOML: {message}", path.display())]
     Toml {
@@ -163,28 +184,59 @@ impl std::fmt::Debug for ClientProps {
 }
 
 impl ClientProps {
-    /// Reads a `.properties` or TOML file.
+    /// Reads a `.properties` or TOML file by the rules of [`super::files`] (a regular file of
+    /// a config's size that only its owner may write); warns, at warn, when the file holds a
+    /// secret and its group or others may read it.
     pub fn load(role: Role, path: &Path) -> Result<ClientProps, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            role,
-            path: path.to_owned(),
-            source,
-        })?;
+        let contents = super::files::read(role.config(), role.flag(), path)?;
         let is_properties = path
             .extension()
             .is_some_and(|ext| ext.eq_ignore_ascii_case("properties"));
-        let props = if is_properties {
-            let java =
-                parse_properties(&text).map_err(|(line, message)| ConfigError::Properties {
+        let (props, secret_keys) = if is_properties {
+            let parsed =
+                super::properties::parse(&contents.bytes).map_err(|e| ConfigError::Properties {
                     role,
                     path: path.to_owned(),
-                    line,
-                    message,
+                    line: e.line,
+                    message: e.message,
                 })?;
-            read_java_keys(role, path, &java)?
+            warn_utf8_read_as_latin1(role, path, &contents.bytes, &parsed.non_ascii);
+            let secret_keys = secret_keys(&parsed.props);
+            (read_java_keys(role, path, &parsed.props)?, secret_keys)
         } else {
-            parse_toml(role, path, &text)?
+            let text = std::str::from_utf8(&contents.bytes).map_err(|e| ConfigError::NotUtf8 {
+                role,
+                path: path.to_owned(),
+                at: e.valid_up_to(),
+            })?;
+            let props = toml_file::parse(text).map_err(|e| match e {
+                TomlError::Parse(message) => ConfigError::Toml {
+                    role,
+                    path: path.to_owned(),
+                    message,
+                },
+                TomlError::Unsupported { key, kind } => ConfigError::UnsupportedValue {
+                    role,
+                    path: path.to_owned(),
+                    key,
+                    kind,
+                },
+            })?;
+            let secret_keys = secret_keys(&props);
+            (props, secret_keys)
         };
+        if !secret_keys.is_empty() {
+            let holding = secret_keys
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            if let Some(warning) =
+                super::files::exposure_warning(role.config(), path, &contents, &holding)
+            {
+                tracing::warn!("{warning}");
+            }
+        }
         Ok(ClientProps {
             role,
             path: path.to_owned(),
@@ -323,13 +375,13 @@ impl ClientProps {
         self.set_default("auto.offset.reset", "earliest");
         // A mirror consumes slower than it can fetch, so its prefetch queue fills up; with
         // librdkafka's default (1000 ms) every partition then waits a second before fetching
-        // again, and the stream starves. Measured with mirror-bench: see README.
+        // again, and the stream starves. Measured with mirror-bench: see docs/benchmark.md.
         self.set_default("fetch.queue.backoff.ms", "10");
         // The prefetch queue holds up to queued.min.messages records (librdkafka: 100,000)
         // before the byte limit applies; with small records that was most of a stream's
         // memory (about 45 MiB of 100-byte records and their per-record overhead). 10,000
         // keeps 4 streams of 1 KiB records under 256 MiB; it cost about 13% of one stream's
-        // throughput over 96 partitions in mirror-bench. The trade-off is in the README.
+        // throughput over 96 partitions in mirror-bench. The trade-off is in docs/benchmark.md (Memory).
         self.set_default("queued.min.messages", "10000");
         self.validate()
     }
@@ -458,6 +510,30 @@ impl ClientProps {
     }
 }
 
+/// The keys of `props` that hold a secret with a value.
+fn secret_keys(props: &BTreeMap<String, String>) -> Vec<String> {
+    props
+        .iter()
+        .filter(|(k, v)| is_secret_key(k) && !v.is_empty())
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// A `.properties` file is read as ISO-8859-1, as Java reads it ([`super::properties`]); a
+/// file that is valid UTF-8 with non-ASCII characters was probably written as UTF-8, and its
+/// user may expect otherwise: each such key is named (never its value), at warn.
+fn warn_utf8_read_as_latin1(role: Role, path: &Path, bytes: &[u8], keys: &[(usize, String)]) {
+    if keys.is_empty() || std::str::from_utf8(bytes).is_err() {
+        return;
+    }
+    for (line, key) in keys {
+        tracing::warn!(
+            "{role} config {}, line {line}: `{key}` holds non-ASCII text written as UTF-8,              read as ISO-8859-1 as Java's MirrorMaker reads .properties files (each byte one              character: what works with Java works here). If it is meant as UTF-8 text, write              its non-ASCII characters as \\uXXXX escapes, or use a TOML file",
+            path.display()
+        );
+    }
+}
+
 /// A `.properties` file's keys as librdkafka properties ([`super::java`]'s rules): each key
 /// ignored is logged once here, at warn; each one read under another name or value at info.
 fn read_java_keys(
@@ -484,171 +560,6 @@ fn read_java_keys(
         );
     }
     Ok(translated.props)
-}
-
-fn parse_toml(
-    role: Role,
-    path: &Path,
-    text: &str,
-) -> Result<BTreeMap<String, String>, ConfigError> {
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| ConfigError::Toml {
-            role,
-            path: path.to_owned(),
-            message: one_line_toml_error(&e),
-        })?;
-    let mut out = BTreeMap::new();
-    flatten(role, path, "", &table, &mut out)?;
-    Ok(out)
-}
-
-/// "TOML parse error at line 2, column 12: invalid string ..." (the source excerpt dropped).
-fn one_line_toml_error(e: &toml::de::Error) -> String {
-    let text = e.to_string();
-    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let head = lines.next().unwrap_or_default().to_owned();
-    let last = lines
-        .rfind(|l| !l.starts_with('|') && !l.contains(" | ") && !l.starts_with(char::is_numeric));
-    match last {
-        Some(detail) => format!("{head}: {detail}"),
-        None => head,
-    }
-}
-
-fn flatten(
-    role: Role,
-    path: &Path,
-    prefix: &str,
-    table: &toml::Table,
-    out: &mut BTreeMap<String, String>,
-) -> Result<(), ConfigError> {
-    for (k, v) in table {
-        let key = if prefix.is_empty() {
-            k.clone()
-        } else {
-            format!("{prefix}.{k}")
-        };
-        let unsupported = |kind| ConfigError::UnsupportedValue {
-            role,
-            path: path.to_owned(),
-            key: key.clone(),
-            kind,
-        };
-        let value = match v {
-            toml::Value::Table(t) => {
-                flatten(role, path, &key, t, out)?;
-                continue;
-            }
-            toml::Value::Array(items) => {
-                let mut parts = Vec::with_capacity(items.len());
-                for item in items {
-                    parts.push(scalar(item).ok_or_else(|| unsupported("nested array or table"))?);
-                }
-                parts.join(",")
-            }
-            other => scalar(other).ok_or_else(|| unsupported("date-time"))?,
-        };
-        out.insert(key, value);
-    }
-    Ok(())
-}
-
-fn scalar(v: &toml::Value) -> Option<String> {
-    match v {
-        toml::Value::String(s) => Some(s.clone()),
-        toml::Value::Integer(i) => Some(i.to_string()),
-        toml::Value::Float(f) => Some(f.to_string()),
-        toml::Value::Boolean(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
-
-/// Parses a Java `.properties` file: `key=value`, `key: value` or `key value`, `#`/`!` comments,
-/// backslash line continuations and escapes. Errors carry the 1-based line number.
-pub fn parse_properties(text: &str) -> Result<BTreeMap<String, String>, (usize, String)> {
-    let mut out = BTreeMap::new();
-    let mut lines = text.lines().enumerate();
-    while let Some((idx, raw)) = lines.next() {
-        let first_line = idx + 1;
-        let trimmed = raw.trim_start();
-        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!') {
-            continue;
-        }
-        // Join continuation lines (an odd number of trailing backslashes).
-        let mut logical = trimmed.to_owned();
-        while ends_with_continuation(&logical) {
-            logical.pop();
-            match lines.next() {
-                Some((_, next)) => logical.push_str(next.trim_start()),
-                None => break,
-            }
-        }
-        let (key, value) = split_property(&logical);
-        let key = unescape(key).map_err(|m| (first_line, m))?;
-        let value = unescape(value).map_err(|m| (first_line, m))?;
-        if key.is_empty() {
-            return Err((first_line, "a property with an empty key".to_owned()));
-        }
-        out.insert(key, value);
-    }
-    Ok(out)
-}
-
-fn ends_with_continuation(s: &str) -> bool {
-    s.chars().rev().take_while(|&c| c == '\\').count() % 2 == 1
-}
-
-fn split_property(line: &str) -> (&str, &str) {
-    let mut escaped = false;
-    for (i, c) in line.char_indices() {
-        if escaped {
-            escaped = false;
-            continue;
-        }
-        match c {
-            '\\' => escaped = true,
-            '=' | ':' => return (&line[..i], line[i + 1..].trim_start()),
-            c if c.is_whitespace() => {
-                let rest = line[i..].trim_start();
-                let rest = rest
-                    .strip_prefix('=')
-                    .or_else(|| rest.strip_prefix(':'))
-                    .unwrap_or(rest);
-                return (&line[..i], rest.trim_start());
-            }
-            _ => {}
-        }
-    }
-    (line, "")
-}
-
-fn unescape(s: &str) -> Result<String, String> {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('t') => out.push('\t'),
-            Some('n') => out.push('\n'),
-            Some('r') => out.push('\r'),
-            Some('f') => out.push('\x0c'),
-            Some('u') => {
-                let hex: String = chars.by_ref().take(4).collect();
-                let code = u32::from_str_radix(&hex, 16)
-                    .ok()
-                    .and_then(char::from_u32)
-                    .ok_or_else(|| format!("invalid unicode escape \\u{hex}"))?;
-                out.push(code);
-            }
-            Some(other) => out.push(other),
-            None => {}
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -693,32 +604,11 @@ mod tests {
     }
 
     #[test]
-    fn toml_dotted_keys_are_flattened_back_to_librdkafka_names() {
-        let text = "bootstrap.servers = \"a:9092\"\ngroup.id = \"mirror\"\nfetch.wait.max.ms = 10\nenable.auto.commit = false\n";
-        let props = parse_toml(Role::Consumer, Path::new("c.toml"), text).unwrap();
-        assert_eq!(props["bootstrap.servers"], "a:9092");
-        assert_eq!(props["group.id"], "mirror");
-        assert_eq!(props["fetch.wait.max.ms"], "10");
-        assert_eq!(props["enable.auto.commit"], "false");
-    }
-
-    #[test]
-    fn toml_arrays_become_comma_lists_and_errors_name_the_line() {
-        let props = parse_toml(
-            Role::Consumer,
-            Path::new("c.toml"),
-            "partition.assignment.strategy = [\"range\", \"roundrobin\"]",
-        )
-        .unwrap();
-        assert_eq!(props["partition.assignment.strategy"], "range,roundrobin");
-        let err = parse_toml(Role::Consumer, Path::new("c.toml"), "a = 1\nb = = 2\n").unwrap_err();
-        assert!(err.to_string().contains("line 2"), "{err}");
-    }
-
-    #[test]
     fn java_properties_with_comments_separators_and_continuations() {
         let text = "# comment\n! other\nbootstrap.servers=a:1,\\\n    b:2\ngroup.id : mirror\nclient.id  x\nsasl.jaas.config=a\\=b\n";
-        let props = parse_properties(text).unwrap();
+        let props = super::super::properties::parse(text.as_bytes())
+            .unwrap()
+            .props;
         assert_eq!(props["bootstrap.servers"], "a:1,b:2");
         assert_eq!(props["group.id"], "mirror");
         assert_eq!(props["client.id"], "x");
@@ -831,11 +721,154 @@ mod tests {
         }
     }
 
-    fn java_file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+    fn java_file(name: &str, text: impl AsRef<[u8]>) -> (tempfile::TempDir, PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
+        // Whatever the umask: a config file others may write is refused.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         (dir, path)
+    }
+
+    /// The properties a `.properties` file of these bytes loads as, or the error's text.
+    fn java_load(bytes: &[u8]) -> Result<BTreeMap<String, String>, String> {
+        let (_dir, path) = java_file("c.properties", bytes);
+        ClientProps::load(Role::Consumer, &path)
+            .map(|p| p.props)
+            .map_err(|e| e.to_string())
+    }
+
+    // What Java's `Properties.load(InputStream)` (Java 17, as Kafka's `Utils.loadProps`
+    // reads a MirrorMaker config) makes of each input, checked with Java itself.
+
+    #[test]
+    fn a_surrogate_pair_escape_is_one_character_as_in_java() {
+        let props = java_load(b"client.id=\\uD83D\\uDE00\n").unwrap();
+        assert_eq!(props["client.id"], "\u{1F600}");
+    }
+
+    #[test]
+    fn a_unicode_escape_without_four_hex_digits_is_refused_as_in_java() {
+        for bytes in [
+            &b"client.id=\\u41\n"[..],
+            b"client.id=x\\u004\n",
+            b"client.id=\\u41zz\n",
+        ] {
+            let err = java_load(bytes).unwrap_err();
+            assert!(
+                err.contains("line 1") && err.contains("client.id") && err.contains("4 hex digits"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn bytes_are_read_as_iso_8859_1_as_java_reads_a_mirrormaker_config() {
+        // A Latin-1 file: one byte, one character.
+        let props = java_load(b"client.id=p\xe4ss\n").unwrap();
+        assert_eq!(props["client.id"], "p\u{e4}ss");
+        // A UTF-8 file reads as Java reads it: each byte one character, so a password that
+        // works with Java's MirrorMaker works here (librdkafka sends it as UTF-8, as Java does).
+        let props = java_load(b"client.id=p\xc3\xa4ss\n").unwrap();
+        assert_eq!(props["client.id"], "p\u{c3}\u{a4}ss");
+    }
+
+    #[test]
+    fn a_lone_carriage_return_ends_a_line_as_in_java() {
+        let props = java_load(
+            b"client.id=1\rgroup.id=2\r\nsasl.username=3\nsasl.password=4\\\r  5\rbootstrap.servers=6",
+        )
+        .unwrap();
+        let want = [
+            ("bootstrap.servers", "6"),
+            ("client.id", "1"),
+            ("group.id", "2"),
+            ("sasl.password", "45"),
+            ("sasl.username", "3"),
+        ];
+        let got: Vec<(&str, &str)> = props
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn only_space_tab_and_form_feed_are_whitespace_as_in_java() {
+        let props = java_load(b"client.id=\xa0x\xa0\n \x0c\tgroup.id \t = : v \n").unwrap();
+        assert_eq!(props["client.id"], "\u{a0}x\u{a0}");
+        assert_eq!(props["group.id"], ": v ");
+    }
+
+    #[test]
+    fn comments_and_continuations_end_where_java_ends_them() {
+        // A line of one backslash continues into a comment; a comment does not continue; a
+        // continuation into an empty line ends there; a backslash at the end of the file is
+        // dropped.
+        let props = java_load(
+            b"\\\n#client.id=1\ngroup.id=2\n#x\\\nsasl.username=u\\\n\nsasl.password=p\\\n",
+        )
+        .unwrap();
+        let got: Vec<(&str, &str)> = props
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("group.id", "2"),
+                ("sasl.password", "p"),
+                ("sasl.username", "u")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_escape_in_a_secret_is_located_without_its_characters() {
+        for (bytes, what) in [
+            (&b"sasl.password=hunter2\\uZZZZsecret\n"[..], "4 hex digits"),
+            (b"sasl.password=hunter2\\u41\n", "4 hex digits"),
+            // Half a surrogate pair: Java keeps it, UTF-8 cannot hold it.
+            (b"sasl.password=hunter2\\uD83Dsecret\n", "surrogate"),
+            (b"sasl.password=\\uDE00hunter2\n", "surrogate"),
+        ] {
+            let err = java_load(bytes).unwrap_err();
+            assert!(
+                err.contains("`sasl.password`") && err.contains("line 1") && err.contains(what),
+                "{err}"
+            );
+            for fragment in ["hunter2", "ZZZZ", "secret", "D83D", "DE00", "\\u41"] {
+                assert!(!err.contains(fragment), "{fragment:?} in {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_jaas_syntax_error_names_no_fragment_of_a_value() {
+        for jaas in [
+            // An unquoted password with a space: `Part2` reads as an option without `=`.
+            "required username=\"a\" password=Secret Part2;",
+            "required username=\"a\" password=Secret Part2=;",
+            "required username=\"a\" password=Secret Part2=x Part3;",
+        ] {
+            let (_dir, path) = java_file(
+                "c.properties",
+                format!(
+                    "bootstrap.servers=x:1\ngroup.id=g\nsasl.jaas.config=\
+                     org.apache.kafka.common.security.plain.PlainLoginModule {jaas}\n"
+                ),
+            );
+            let err = ClientProps::load(Role::Consumer, &path).unwrap_err();
+            let (shown, debug) = (err.to_string(), format!("{err:?}"));
+            assert!(shown.contains("sasl.jaas.config"), "{shown}");
+            for fragment in ["Secret", "Part2", "Part3"] {
+                assert!(
+                    !shown.contains(fragment) && !debug.contains(fragment),
+                    "{fragment:?} in {shown}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -846,7 +879,7 @@ mod tests {
         ] {
             let (_dir, path) = java_file(
                 "consumer.properties",
-                &format!(
+                format!(
                     "bootstrap.servers=x:1\ngroup.id=g\nsecurity.protocol=SASL_SSL\n\
                      sasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config={module} required \\\n  \
                      username=\"alice\" password=\"hunter2;\\\\\\\"x\";\n"
@@ -877,7 +910,7 @@ mod tests {
         ] {
             let (_dir, path) = java_file(
                 "c.properties",
-                &format!("bootstrap.servers=x:1\ngroup.id=g\nsasl.jaas.config={jaas}\n"),
+                format!("bootstrap.servers=x:1\ngroup.id=g\nsasl.jaas.config={jaas}\n"),
             );
             let err = ClientProps::load(Role::Consumer, &path).unwrap_err();
             let (shown, debug) = (err.to_string(), format!("{err:?}"));

@@ -49,6 +49,13 @@ impl ExactlyOnce {
     }
 }
 
+/// What every transactional id of a mirror whose consumer has `group.id` `group_id` starts
+/// with ([`ExactlyOnce::transactional_id`]): a progress record in the offset-mapping store
+/// naming an id without it was not written by this mirror, and the id is not fenced.
+pub fn transactional_id_prefix(group_id: &str) -> String {
+    format!("{}-", group_id.trim())
+}
+
 /// A name for this run of the process: its start time in milliseconds and its process id.
 fn this_run() -> String {
     let ms = std::time::SystemTime::now()
@@ -146,10 +153,11 @@ pub fn from_args(
     }))
 }
 
-/// This machine's host name (`/proc/sys/kernel/hostname`, else `$HOSTNAME`).
+/// This machine's host name (`gethostname`, else `$HOSTNAME`). Not from
+/// `/proc/sys/kernel/hostname`: the systemd unit's `ProcSubset=pid` hides it.
 pub fn host_name() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
+    crate::native::host_name()
+        .filter(|h| !h.trim().is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
@@ -258,6 +266,14 @@ mod tests {
         .unwrap();
         assert!(!cli.mirror.exactly_once);
         assert_eq!(cli.mirror.transaction_interval_ms, 100);
+    }
+
+    #[test]
+    fn every_id_starts_with_the_prefix_of_its_group() {
+        let eo = check(&[], &[]).unwrap().unwrap();
+        let prefix = transactional_id_prefix(&eo.group_id);
+        assert!(eo.transactional_id(3, 2).starts_with(&prefix), "{prefix}");
+        assert!(prefix.ends_with('-'), "{prefix}");
     }
 
     #[test]

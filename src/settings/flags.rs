@@ -72,7 +72,7 @@ pub struct TranslateArgs {
     pub json: bool,
 
     /// How long each cluster may take to answer.
-    #[arg(long = "timeout.ms", value_name = "MS", default_value_t = 30_000)]
+    #[arg(long = "timeout.ms", value_name = "MS", default_value_t = defaults::TOOL_TIMEOUT_MS)]
     pub timeout_ms: u64,
 }
 
@@ -102,7 +102,7 @@ pub struct VerifyArgs {
     pub until: Until,
 
     /// Give up when a cluster sends nothing for this long while records are due.
-    #[arg(long = "timeout.ms", value_name = "MS", default_value_t = 30_000)]
+    #[arg(long = "timeout.ms", value_name = "MS", default_value_t = defaults::TOOL_TIMEOUT_MS)]
     pub timeout_ms: u64,
 
     /// Print the report as JSON.
@@ -180,11 +180,66 @@ pub struct MirrorArgs {
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub abort_on_send_failure: bool,
 
+    /// Records the source's retention deleted before they were mirrored (found as a gap below
+    /// the partition's low watermark): skip logs and counts them and goes on; abort stops the
+    /// mirror (exit 1), naming topic, partition and offsets, committing nothing past the gap.
+    #[arg(long = "on.source.gap", value_enum, value_name = "POLICY", default_value_t = defaults::ON_SOURCE_GAP)]
+    pub on_source_gap: SourceGap,
+
+    /// A record the message handler refuses (an error or a panic on it): stop ends the
+    /// mirror (exit 1) with the commit below the record; skip logs and counts it
+    /// (mirror_handler_refused_total) and goes on; dead-letter copies the source record as it
+    /// is to --dead.letter.topic with headers naming the error and its source position, and
+    /// goes on once the target acknowledged it. Not skip or dead-letter with --exactly.once.
+    #[arg(long = "on.handler.error", value_enum, value_name = "POLICY", default_value_t = defaults::ON_HANDLER_ERROR)]
+    pub on_handler_error: HandlerErrorPolicy,
+
+    /// The target topic of --on.handler.error dead-letter (created at start with 1 partition
+    /// under --create.topics true, otherwise it must exist).
+    #[arg(long = "dead.letter.topic", value_name = "TOPIC")]
+    pub dead_letter_topic: Option<String>,
+
+    /// Cap the bytes (key, value and headers) this process hands to the target per second,
+    /// over all streams: a throttled stream pauses its partitions and keeps polling, so it
+    /// stays in its group. Not with --exactly.once true (yet).
+    #[arg(long = "throttle.bytes.per.second", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub throttle_bytes_per_second: Option<u64>,
+
+    /// Cap the source records this process copies per second, over all streams, as
+    /// --throttle.bytes.per.second does bytes (either or both). Not with --exactly.once true
+    /// (yet).
+    #[arg(long = "throttle.records.per.second", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub throttle_records_per_second: Option<u64>,
+
+    /// Write a heartbeat to --heartbeats.topic on the SOURCE this often (off unless given; it
+    /// needs CREATE and WRITE on that topic there). The topic is mirrored like any other,
+    /// whatever --whitelist says, so the replication delay moves while the source is idle.
+    /// Of the instances in one group, only the one owning the topic's partition 0 writes.
+    #[arg(long = "heartbeats.interval.ms", value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    pub heartbeats_interval_ms: Option<u64>,
+
+    /// The source topic heartbeats are written to (created if absent: 1 partition, one hour
+    /// of retention).
+    #[arg(long = "heartbeats.topic", value_name = "NAME", value_parser = topic_name,
+          requires = "heartbeats_interval_ms")]
+    pub heartbeats_topic: Option<String>,
+
     /// Refuse client settings that could lose records (acks other than all, auto commit,
     /// delivery timeouts, ...). false uses your settings as given.
     #[arg(long = "no.data.loss", value_name = "BOOL", default_value_t = defaults::NO_DATA_LOSS, num_args = 0..=1,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub no_data_loss: bool,
+
+    /// records: every record goes through librdkafka's consumer and producer (handlers,
+    /// hashing, loop prevention, security). batches: the source's record batches forwarded as
+    /// they are, by the batch engine (see docs/configuration.md for what it cannot serve:
+    /// exit 2). auto: batches where the settings allow, else records (the
+    /// reason logged once at start).
+    #[arg(long = "copy.mode", value_enum, value_name = "MODE", default_value_t = defaults::COPY_MODE)]
+    pub copy_mode: CopyMode,
 
     /// preserve: each record goes to the same partition number as in the source (the target
     /// topic needs at least as many partitions). hash: Kafka's Java-compatible murmur2 hash of
@@ -207,11 +262,14 @@ pub struct MirrorArgs {
     pub topic_refresh_interval_ms: u64,
 
     /// A message handler plugin (a shared library exporting `mirror_maker_message_handler`):
-    /// filters, reshapes or fans out each record.
+    /// filters, reshapes or fans out each record. A path with a `/` (`./libx.so` or absolute),
+    /// to a file that, like every directory above it, is owned by root or the user and not
+    /// writable by group or others.
     #[arg(long = "message.handler", value_name = "PATH")]
     pub message_handler: Option<PathBuf>,
 
-    /// The string passed to the message handler's init.
+    /// The string passed to the message handler's init. Anyone on the machine can read a
+    /// command line (`ps`): put secrets in --message.handler.args.file instead.
     #[arg(
         long = "message.handler.args",
         value_name = "STRING",
@@ -220,12 +278,24 @@ pub struct MirrorArgs {
     )]
     pub message_handler_args: String,
 
+    /// A file holding the string passed to the message handler's init (without one trailing
+    /// newline), read as config files are (a regular file of at most 1 MiB that only its owner
+    /// may write). Instead of --message.handler.args.
+    #[arg(
+        long = "message.handler.args.file",
+        value_name = "PATH",
+        requires = "message_handler",
+        conflicts_with = "message_handler_args"
+    )]
+    pub message_handler_args_file: Option<PathBuf>,
+
     /// A rebalance listener plugin (exporting `mirror_maker_rebalance_listener`), called after
-    /// the mirror's own flush and commit.
+    /// the mirror's own flush and commit. A path, checked as `--message.handler`'s.
     #[arg(long = "consumer.rebalance.listener", value_name = "PATH")]
     pub rebalance_listener: Option<PathBuf>,
 
-    /// The string passed to the rebalance listener's init.
+    /// The string passed to the rebalance listener's init. Anyone on the machine can read a
+    /// command line (`ps`): put secrets in --rebalance.listener.args.file instead.
     #[arg(
         long = "rebalance.listener.args",
         visible_alias = "consumer.rebalance.listener.args",
@@ -235,19 +305,29 @@ pub struct MirrorArgs {
     )]
     pub rebalance_listener_args: String,
 
+    /// A file holding the string passed to the rebalance listener's init (without one
+    /// trailing newline), read as config files are. Instead of --rebalance.listener.args.
+    #[arg(
+        long = "rebalance.listener.args.file",
+        value_name = "PATH",
+        requires = "rebalance_listener",
+        conflicts_with = "rebalance_listener_args"
+    )]
+    pub rebalance_listener_args_file: Option<PathBuf>,
+
     /// The target topic of each record, made from its source topic: "{topic}" keeps the
     /// name, "primary.{topic}" adds a prefix. Applied after the message handler, if any.
     #[arg(
         long = "target.topic",
         value_name = "TEMPLATE",
-        default_value = "{topic}"
+        default_value = defaults::TARGET_TOPIC
     )]
     pub target_topic: String,
 
     /// Before a partition of a new topic is fetched, create its target topic with the
     /// source's partition count, a replication factor capped at the target's brokers, and the
     /// configs of --create.topics.configs; add partitions the target lacks.
-    #[arg(long = "create.topics", value_name = "BOOL", default_value = "true", num_args = 0..=1,
+    #[arg(long = "create.topics", value_name = "BOOL", default_value_t = defaults::CREATE_TOPICS, num_args = 0..=1,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub create_topics: bool,
 
@@ -257,10 +337,33 @@ pub struct MirrorArgs {
           default_value = defaults::COPIED_TOPIC_CONFIGS)]
     pub create_topics_configs: String,
 
+    /// Keep the configs of --create.topics.configs in step: every
+    /// --sync.topic.configs.interval.ms, set on each mirrored target topic the ones its source
+    /// topic sets explicitly (IncrementalAlterConfigs: no other target config is touched,
+    /// none is deleted). [default: as --create.topics]
+    #[arg(long = "sync.topic.configs", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub sync_topic_configs: Option<bool>,
+
+    /// How often --sync.topic.configs and --sync.topic.acls run (the first time at start).
+    #[arg(long = "sync.topic.configs.interval.ms", value_name = "MS", default_value_t = defaults::SYNC_TOPIC_CONFIGS_INTERVAL_MS,
+          value_parser = clap::value_parser!(u64).range(100..))]
+    pub sync_topic_configs_interval_ms: u64,
+
+    /// Copy the source's ALLOW ACLs on mirrored topics (LITERAL and PREFIXED, names through
+    /// --target.topic; WRITE dropped, ALL made READ; DENY never copied) onto the target every
+    /// --sync.topic.configs.interval.ms, and remove those it made that the source no longer
+    /// has. ACLs it did not make are never touched; what it made is kept in the target topic
+    /// mirror-maker.acls.SOURCE NAME.
+    #[arg(long = "sync.topic.acls", value_name = "BOOL", num_args = 0..=1,
+          default_value_t = defaults::SYNC_TOPIC_ACLS, default_missing_value = "true",
+          value_parser = BoolishValueParser::new())]
+    pub sync_topic_acls: bool,
+
     /// Active-active: add a provenance header (mirror-source: SOURCE NAME) to every mirrored
     /// record, and do not mirror records whose provenance names the target cluster. Off by
     /// default, so that records are copied byte for byte.
-    #[arg(long = "loop.prevention", value_name = "BOOL", default_value = "false", num_args = 0..=1,
+    #[arg(long = "loop.prevention", value_name = "BOOL", default_value_t = defaults::LOOP_PREVENTION, num_args = 0..=1,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub loop_prevention: bool,
 
@@ -275,7 +378,7 @@ pub struct MirrorArgs {
     /// Record where each copied record landed (segments of source → target offsets) in a
     /// compacted topic of the target cluster, for `translate` and --sync.group.offsets. Source
     /// offsets are committed only once their mapping is stored.
-    #[arg(long = "offset.mapping", value_name = "BOOL", default_value = "true", num_args = 0..=1,
+    #[arg(long = "offset.mapping", value_name = "BOOL", default_value_t = defaults::OFFSET_MAPPING, num_args = 0..=1,
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub offset_mapping: bool,
 
@@ -300,12 +403,27 @@ pub struct MirrorArgs {
     #[arg(long = "metrics.addr", value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
 
+    /// Host names (comma-separated, any port) that requests to --metrics.addr may name in
+    /// their Host header, e.g. a Kubernetes service's name; IP addresses, localhost and the
+    /// host of --metrics.addr are always served. Any other name gets 421: a web page cannot
+    /// read the endpoints through DNS rebinding.
+    #[arg(long = "metrics.allowed.hosts", value_name = "NAME,...", value_delimiter = ',',
+          value_parser = host_name, requires = "metrics_addr")]
+    pub metrics_allowed_hosts: Vec<String>,
+
+    /// Not ready (/health/ready 503, systemd's status) while the replication delay (how long
+    /// ago the oldest source record not yet on the target was appended; the gauge
+    /// mirror_replication_delay_seconds) is above this; logged once as it passes.
+    #[arg(long = "max.replication.delay.ms", value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_replication_delay_ms: Option<u64>,
+
     /// Log a progress line (rates in and out, lag, in flight, dropped) this often; 0 turns
     /// it off.
     #[arg(
         long = "progress.interval.ms",
         value_name = "MS",
-        default_value_t = 30_000
+        default_value_t = defaults::PROGRESS_INTERVAL_MS
     )]
     pub progress_interval_ms: u64,
 
@@ -384,6 +502,36 @@ impl LogFormat {
     }
 }
 
+/// `--on.source.gap`: what records the source deleted before they were mirrored do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SourceGap {
+    /// Log and count them, and go on.
+    Skip,
+    /// Stop the mirror (exit 1) without committing past them.
+    Abort,
+}
+
+/// `--on.handler.error`: what a record the message handler refuses does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HandlerErrorPolicy {
+    /// Stop the mirror (exit 1) without committing the record.
+    Stop,
+    /// Log and count it, and go on without it.
+    Skip,
+    /// Copy it as it is to --dead.letter.topic, and go on.
+    DeadLetter,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CopyMode {
+    /// Record by record, through librdkafka's consumer and producer.
+    Records,
+    /// The source's record batches forwarded as they are (the batch engine).
+    Batches,
+    /// Batches where the engine can serve the settings, else records.
+    Auto,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Partitioning {
     /// Same partition number as in the source.
@@ -395,18 +543,52 @@ pub enum Partitioning {
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Sample records to write into the embedded source cluster.
-    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = defaults::DEMO_RECORDS, value_parser = clap::value_parser!(u64).range(1..))]
     pub records: u64,
 
     /// Partitions of the sample topic.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(i32).range(1..=1024))]
+    #[arg(long, default_value_t = defaults::DEMO_PARTITIONS, value_parser = clap::value_parser!(i32).range(1..=1024))]
     pub partitions: i32,
 
     /// Mirror streams (as --num.streams).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, default_value_t = defaults::DEMO_STREAMS, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub streams: u32,
 
     /// Size of each record's value in bytes.
-    #[arg(long = "value.bytes", default_value_t = 100)]
+    #[arg(long = "value.bytes", default_value_t = defaults::DEMO_VALUE_BYTES)]
     pub value_bytes: usize,
+}
+
+/// A Kafka topic name: 1 to 249 of `a-z A-Z 0-9 . _ -`, not `.` or `..`.
+fn topic_name(text: &str) -> Result<String, String> {
+    let legal = (1..=249).contains(&text.len())
+        && text != "."
+        && text != ".."
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_');
+    if legal {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not a Kafka topic name: 1 to 249 letters, digits, '.', '_' or '-'"
+        ))
+    }
+}
+
+/// One name of --metrics.allowed.hosts: a host name alone, without a port or a scheme.
+fn host_name(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    let valid = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_');
+    if valid {
+        Ok(name.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not a host name: give names alone, without a port (any port is \
+             served) or a scheme, e.g. mirror-maker.monitoring.svc"
+        ))
+    }
 }

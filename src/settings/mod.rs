@@ -1,12 +1,21 @@
 //! Validated settings: the command line ([`flags`], as typed) and both config files
-//! ([`client`]), with the no-data-loss rules applied, and the routing values ([`routing`]).
+//! ([`client`], with Java client keys translated by [`java`] (JAAS lines read by [`jaas`]) and `.properties` files read as
+//! Java reads them by [`properties`]; TOML files by [`toml_file`]; every file a flag names is read by [`files`]; secret
+//! values masked by [`secrets`]), with the no-data-loss rules applied, the routing values ([`routing`]) and what `--exactly.once true` needs
+//! ([`exactly_once`]); the security of the batch engine's own connections ([`wire_security`]).
 //! Everything a user can get wrong is found here, before any broker is contacted.
 
 pub mod client;
 pub mod exactly_once;
+pub mod files;
 pub mod flags;
+mod jaas;
 pub mod java;
+pub mod properties;
 pub mod routing;
+pub mod secrets;
+mod toml_file;
+pub mod wire_security;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,12 +35,45 @@ pub mod defaults {
     pub const ABORT_ON_SEND_FAILURE: bool = true;
     pub const NO_DATA_LOSS: bool = true;
     pub const PARTITIONING: Partitioning = Partitioning::Preserve;
+    /// Records until every trial on Apache Kafka passes with both engines (issue 22).
+    pub const COPY_MODE: super::flags::CopyMode = super::flags::CopyMode::Records;
+    pub const ON_SOURCE_GAP: super::flags::SourceGap = super::flags::SourceGap::Skip;
+    /// As before the policy existed: a handler error stops the mirror.
+    pub const ON_HANDLER_ERROR: super::flags::HandlerErrorPolicy =
+        super::flags::HandlerErrorPolicy::Stop;
     pub const SHUTDOWN_TIMEOUT_MS: u64 = 30_000;
     pub const TOPIC_REFRESH_INTERVAL_MS: u64 = 30_000;
     pub const STARTUP_TIMEOUT_MS: u64 = 30_000;
     pub const EXACTLY_ONCE: bool = false;
     pub const TRANSACTION_INTERVAL_MS: u64 = 100;
     pub const SYNC_GROUP_OFFSETS_INTERVAL_MS: u64 = 10_000;
+    pub const TARGET_TOPIC: &str = "{topic}";
+    pub const CREATE_TOPICS: bool = true;
+    /// Off: records are copied byte for byte unless active-active needs the header.
+    pub const LOOP_PREVENTION: bool = false;
+    pub const OFFSET_MAPPING: bool = true;
+    pub const PROGRESS_INTERVAL_MS: u64 = 30_000;
+    /// `check`, `verify` and `translate`: how long a cluster may take to answer.
+    pub const TOOL_TIMEOUT_MS: u64 = 30_000;
+    /// `demo`: sample records, partitions, streams and value size.
+    pub const DEMO_RECORDS: u64 = 200_000;
+    pub const DEMO_PARTITIONS: i32 = 8;
+    pub const DEMO_STREAMS: u32 = 2;
+    pub const DEMO_VALUE_BYTES: usize = 100;
+    /// As MirrorMaker 2's `sync.topic.configs.interval.seconds` (600).
+    pub const SYNC_TOPIC_CONFIGS_INTERVAL_MS: u64 = 600_000;
+    /// Where heartbeats go on the source (`--heartbeats.topic`).
+    pub const HEARTBEATS_TOPIC: &str = "mirror-maker.heartbeats";
+    /// Off: ACLs are the target's operators' until they ask.
+    pub const SYNC_TOPIC_ACLS: bool = false;
+
+    /// The ACL sync's record of the ACLs it made on the target.
+    pub fn acl_record_topic(source_cluster_name: Option<&str>) -> String {
+        format!(
+            "mirror-maker.acls.{}",
+            source_cluster_name.unwrap_or("source")
+        )
+    }
 
     /// The offset-mapping topic unless `--offset.mapping.topic` names one.
     pub fn offset_mapping_topic(source_cluster_name: Option<&str>) -> String {
@@ -77,14 +119,18 @@ pub struct Settings {
     pub consumer: ClientProps,
     pub producer: ClientProps,
     pub topics: TopicFilter,
-    pub num_streams: usize,
-    pub commit_interval: Duration,
-    pub abort_on_send_failure: bool,
-    pub no_data_loss: bool,
-    pub partitioning: Partitioning,
-    pub shutdown_timeout: Duration,
-    pub topic_refresh_interval: Duration,
-    pub startup_timeout: Duration,
+    /// The run's options as the command line (or a tool, the tests, the bench) gave them.
+    pub options: SettingsOptions,
+    /// `--on.source.gap`: records the source deleted before they were mirrored.
+    pub on_source_gap: flags::SourceGap,
+    /// `--on.handler.error` (and `--dead.letter.topic`): records the message handler refuses.
+    pub on_handler_error: OnHandlerError,
+    /// `--throttle.bytes.per.second`: the process's byte rate limit towards the target.
+    pub throttle_bytes_per_second: Option<u64>,
+    /// `--throttle.records.per.second`: its record rate limit.
+    pub throttle_records_per_second: Option<u64>,
+    /// `--heartbeats.interval.ms`: heartbeats written to the source, and where.
+    pub heartbeats: Option<Heartbeats>,
     /// Per stream: consumption pauses while this many source records are unacknowledged...
     pub max_in_flight_records: usize,
     /// ...or this many bytes of them.
@@ -103,6 +149,38 @@ pub struct Settings {
     pub offset_mapping: Option<String>,
     /// `--sync.group.offsets`: which source groups to sync to the target, and how often.
     pub sync_groups: Option<GroupSync>,
+    /// `--sync.topic.configs`: which topic configs to keep in step, and how often.
+    pub sync_topic_configs: Option<TopicConfigSync>,
+    /// `--sync.topic.acls`: how often, and the target topic recording the ACLs it made.
+    pub sync_topic_acls: Option<AclSync>,
+    /// `--copy.mode`: whether the batch engine copies (batches, or auto where it can).
+    pub batches: bool,
+    /// `--copy.mode auto` fell back to records: why (logged once at start).
+    pub batches_refused: Option<String>,
+}
+
+/// `--heartbeats.interval.ms` and `--heartbeats.topic`.
+#[derive(Debug, Clone)]
+pub struct Heartbeats {
+    pub interval: Duration,
+    pub topic: String,
+    /// What each heartbeat names as its source: `--source.cluster.name`, or the source's
+    /// `bootstrap.servers`.
+    pub source: String,
+}
+
+/// `--sync.topic.acls true`: on the interval of `--sync.topic.configs.interval.ms`.
+#[derive(Debug, Clone)]
+pub struct AclSync {
+    pub interval: Duration,
+    pub record_topic: String,
+}
+
+/// `--sync.topic.configs` and its interval: the keys are those of `--create.topics.configs`.
+#[derive(Debug, Clone)]
+pub struct TopicConfigSync {
+    pub keys: Vec<String>,
+    pub interval: Duration,
 }
 
 /// `--sync.group.offsets REGEX` and its interval.
@@ -160,6 +238,35 @@ impl Settings {
                 startup_timeout: Duration::from_millis(args.startup_timeout_ms),
             },
         )?;
+        if exactly_once.is_some() && args.on_source_gap == flags::SourceGap::Abort {
+            return Err(SettingsError::Usage(
+                "--on.source.gap abort: the exactly-once mode (--exactly.once true) does not \
+                 look for records the source deleted before they were mirrored; drop one of \
+                 the two"
+                    .to_owned(),
+            ));
+        }
+        settings.on_source_gap = args.on_source_gap;
+        let throttles = [
+            (
+                "--throttle.bytes.per.second",
+                args.throttle_bytes_per_second,
+            ),
+            (
+                "--throttle.records.per.second",
+                args.throttle_records_per_second,
+            ),
+        ];
+        for (flag, given) in throttles {
+            if exactly_once.is_some() && given.is_some() {
+                return Err(SettingsError::Usage(format!(
+                    "{flag} is not served in the exactly-once mode (--exactly.once true) yet; \
+                     drop one of the two"
+                )));
+            }
+        }
+        settings.throttle_bytes_per_second = args.throttle_bytes_per_second;
+        settings.throttle_records_per_second = args.throttle_records_per_second;
         if let Some(eo) = exactly_once {
             exactly_once::producer_props(&mut settings.producer);
             settings.exactly_once = Some(eo);
@@ -167,8 +274,29 @@ impl Settings {
         settings.create_topics = args
             .create_topics
             .then(|| args.create_topics_configs.clone());
+        // Unless asked, the sync follows --create.topics: a user who makes target topics
+        // himself (--create.topics false) may have chosen their configs.
+        if args.sync_topic_configs.unwrap_or(args.create_topics) {
+            let keys: Vec<String> = args
+                .create_topics_configs
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect();
+            settings.sync_topic_configs = (!keys.is_empty()).then(|| TopicConfigSync {
+                keys,
+                interval: Duration::from_millis(args.sync_topic_configs_interval_ms),
+            });
+        }
         settings.target_topic =
             TopicTemplate::parse(&args.target_topic).map_err(SettingsError::Usage)?;
+        if args.sync_topic_acls {
+            settings.sync_topic_acls = Some(AclSync {
+                interval: Duration::from_millis(args.sync_topic_configs_interval_ms),
+                record_topic: defaults::acl_record_topic(args.source_cluster_name.as_deref()),
+            });
+        }
         if args.loop_prevention {
             settings.provenance = Some(
                 Provenance::new(
@@ -183,6 +311,33 @@ impl Settings {
                 defaults::offset_mapping_topic(args.source_cluster_name.as_deref())
             })
         });
+        if let Some(ms) = args.heartbeats_interval_ms {
+            let topic = args
+                .heartbeats_topic
+                .clone()
+                .unwrap_or_else(|| defaults::HEARTBEATS_TOPIC.to_owned());
+            let source = match &args.source_cluster_name {
+                Some(name) => name.clone(),
+                None => settings
+                    .consumer
+                    .get("bootstrap.servers")
+                    .unwrap_or("source")
+                    .to_owned(),
+            };
+            // Mirrored like any other topic, whether the whitelist names it or not.
+            settings.topics.always_mirror(&topic);
+            settings.heartbeats = Some(Heartbeats {
+                interval: Duration::from_millis(ms),
+                topic,
+                source,
+            });
+        }
+        if let Some(store) = &settings.offset_mapping {
+            // Never mirror into the mirror's own store on the target.
+            settings
+                .topics
+                .protect_store(store, &settings.target_topic.clone());
+        }
         if let Some(given) = &args.sync_group_offsets {
             if settings.offset_mapping.is_none() {
                 return Err(SettingsError::Usage(
@@ -202,14 +357,43 @@ impl Settings {
                 interval: Duration::from_millis(args.sync_group_offsets_interval_ms),
             });
         }
+        let handler_args = plugin_args(
+            "message handler arguments",
+            "--message.handler.args.file",
+            &args.message_handler_args,
+            args.message_handler_args_file.as_deref(),
+        )?;
+        let listener_args = plugin_args(
+            "rebalance listener arguments",
+            "--rebalance.listener.args.file",
+            &args.rebalance_listener_args,
+            args.rebalance_listener_args_file.as_deref(),
+        )?;
+        settings.on_handler_error = on_handler_error(args, &settings)?;
         // Plugins last: loading runs their code, so only once everything else is valid.
         if let Some(path) = &args.message_handler {
             refuse_java_class("--message.handler", "message handler", path)?;
-            settings.handler = Some(HandlerPlugin::load(path, &args.message_handler_args)?);
+            settings.handler = Some(
+                HandlerPlugin::load(path, &handler_args).map_err(|e| masked(e, &handler_args))?,
+            );
         }
         if let Some(path) = &args.rebalance_listener {
             refuse_java_class("--consumer.rebalance.listener", "rebalance listener", path)?;
-            settings.listener = Some(ListenerPlugin::load(path, &args.rebalance_listener_args)?);
+            settings.listener = Some(
+                ListenerPlugin::load(path, &listener_args)
+                    .map_err(|e| masked(e, &listener_args))?,
+            );
+        }
+        match (args.copy_mode, batch_refusal(&settings)) {
+            (flags::CopyMode::Records, _) => {}
+            (flags::CopyMode::Batches, Some(reason)) => {
+                return Err(SettingsError::Usage(format!(
+                    "--copy.mode batches cannot serve {reason}; drop it or use --copy.mode records"
+                )))
+            }
+            (flags::CopyMode::Batches, None) => settings.batches = true,
+            (flags::CopyMode::Auto, Some(reason)) => settings.batches_refused = Some(reason),
+            (flags::CopyMode::Auto, None) => settings.batches = true,
         }
         Ok(settings)
     }
@@ -270,14 +454,12 @@ impl Settings {
             consumer,
             producer,
             topics,
-            num_streams: opts.num_streams,
-            commit_interval: opts.commit_interval,
-            abort_on_send_failure: opts.abort_on_send_failure,
-            no_data_loss: opts.no_data_loss,
-            partitioning: opts.partitioning,
-            shutdown_timeout: opts.shutdown_timeout,
-            topic_refresh_interval: opts.topic_refresh_interval,
-            startup_timeout: opts.startup_timeout,
+            options: opts,
+            on_source_gap: defaults::ON_SOURCE_GAP,
+            on_handler_error: OnHandlerError::Stop,
+            throttle_bytes_per_second: None,
+            throttle_records_per_second: None,
+            heartbeats: None,
             max_in_flight_records: (queue_messages / 2).max(1),
             max_in_flight_bytes: (queue_kbytes * 1024 / 2).max(1),
             handler: None,
@@ -288,6 +470,10 @@ impl Settings {
             exactly_once: None,
             offset_mapping: Some(defaults::offset_mapping_topic(None)),
             sync_groups: None,
+            sync_topic_configs: None,
+            sync_topic_acls: None,
+            batches: false,
+            batches_refused: None,
         })
     }
 }
@@ -308,6 +494,8 @@ pub fn load_client_files(args: &MirrorArgs) -> Result<(ClientProps, ClientProps)
             .as_deref()
             .ok_or_else(|| missing("--producer.config"))?,
     )?;
+    // librdkafka's log lines about these clients are logged with their secrets masked.
+    secrets::register(&secrets::Secrets::of([&consumer, &producer]));
     Ok((consumer, producer))
 }
 
@@ -395,6 +583,57 @@ fn refuse_java_class(flag: &str, kind: &str, path: &std::path::Path) -> Result<(
     )))
 }
 
+/// A plugin's arguments: the inline flag's, or the file's (read by the rules of a config
+/// file, without one trailing newline). clap refuses both at once.
+fn plugin_args(
+    what: &'static str,
+    flag: &'static str,
+    inline: &str,
+    file: Option<&std::path::Path>,
+) -> Result<String, SettingsError> {
+    let Some(path) = file else {
+        return Ok(inline.to_owned());
+    };
+    let contents = files::read(what, flag, path).map_err(ConfigError::from)?;
+    if let Some(warning) = files::exposure_warning(what, path, &contents, "them") {
+        tracing::warn!("{warning}");
+    }
+    let mut text = String::from_utf8(contents.bytes).map_err(|e| {
+        SettingsError::Usage(format!(
+            "{what} {} ({flag}) are not UTF-8 text (at byte {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    Ok(text)
+}
+
+/// A plugin's refusal of its arguments, with the arguments (their whitespace-separated tokens
+/// and their words, of at least 4 characters) masked in the plugin's own message: they may
+/// hold secrets.
+fn masked(e: PluginError, args: &str) -> PluginError {
+    match e {
+        PluginError::Init {
+            kind,
+            path,
+            message,
+        } => PluginError::Init {
+            kind,
+            path,
+            message: secrets::Secrets::with_words([args])
+                .redact(&message)
+                .into_owned(),
+        },
+        other => other,
+    }
+}
+
 fn parse_or(props: &ClientProps, key: &str, default: usize) -> Result<usize, SettingsError> {
     match props.get(key) {
         None => Ok(default),
@@ -404,6 +643,94 @@ fn parse_or(props: &ClientProps, key: &str, default: usize) -> Result<usize, Set
                 props.path.display()
             ))
         }),
+    }
+}
+
+/// The first setting the batch engine (`--copy.mode batches`) cannot serve, if any.
+pub fn batch_refusal(settings: &Settings) -> Option<String> {
+    if settings.handler.is_some() {
+        return Some("--message.handler (it sees each record)".to_owned());
+    }
+    if settings.options.partitioning == Partitioning::Hash {
+        return Some("--partitioning hash (batches keep their partition)".to_owned());
+    }
+    if settings.provenance.is_some() {
+        return Some("--loop.prevention true (a header on every record)".to_owned());
+    }
+    if settings.exactly_once.is_some() {
+        return Some("--exactly.once true".to_owned());
+    }
+    for (role, props) in [
+        ("consumer", &settings.consumer),
+        ("producer", &settings.producer),
+    ] {
+        if let Err(reason) = wire_security::wire_security(props) {
+            return Some(format!("{reason} in the {role} config"));
+        }
+    }
+    None
+}
+
+/// `--on.handler.error`: what a record the message handler refuses does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OnHandlerError {
+    /// The mirror stops (exit 1); the record is not committed.
+    Stop,
+    /// Logged and counted; the commit moves past it.
+    Skip,
+    /// Copied as it is to this target topic; the commit moves past it once the target
+    /// acknowledged the copy.
+    DeadLetter(String),
+}
+
+/// `--on.handler.error` and `--dead.letter.topic`, checked against each other and the rest.
+fn on_handler_error(
+    args: &MirrorArgs,
+    settings: &Settings,
+) -> Result<OnHandlerError, SettingsError> {
+    use flags::HandlerErrorPolicy as P;
+    let usage = |m: String| Err(SettingsError::Usage(m));
+    let policy = args.on_handler_error;
+    let name = match policy {
+        P::Stop => "stop",
+        P::Skip => "skip",
+        P::DeadLetter => "dead-letter",
+    };
+    if policy != P::Stop && args.message_handler.is_none() {
+        return usage(format!(
+            "--on.handler.error {name}: there is no message handler (--message.handler) to \
+             refuse a record; drop the flag or name a handler"
+        ));
+    }
+    if policy != P::Stop && settings.exactly_once.is_some() {
+        return usage(format!(
+            "--on.handler.error {name} is not served in the exactly-once mode (--exactly.once \
+             true): a handler error there stops the mirror; drop one of the two"
+        ));
+    }
+    match (policy, &args.dead_letter_topic) {
+        (P::Stop, None) => Ok(OnHandlerError::Stop),
+        (P::Skip, None) => Ok(OnHandlerError::Skip),
+        (P::DeadLetter, None) => usage(
+            "--on.handler.error dead-letter needs --dead.letter.topic NAME: the target topic \
+             the refused records are copied to"
+                .to_owned(),
+        ),
+        (P::DeadLetter, Some(topic)) => {
+            routing::check_topic_name("--dead.letter.topic", topic)
+                .map_err(SettingsError::Usage)?;
+            if settings.offset_mapping.as_deref() == Some(topic.as_str()) {
+                return usage(format!(
+                    "--dead.letter.topic {topic:?} is the offset-mapping topic \
+                     (--offset.mapping.topic); name another topic"
+                ));
+            }
+            Ok(OnHandlerError::DeadLetter(topic.clone()))
+        }
+        (_, Some(topic)) => usage(format!(
+            "--dead.letter.topic {topic:?} is used only with --on.handler.error dead-letter \
+             (the policy is {name}); drop it or add --on.handler.error dead-letter"
+        )),
     }
 }
 

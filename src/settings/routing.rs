@@ -2,17 +2,32 @@
 //! records go on the target (`--target.topic`), and the provenance header that keeps
 //! active-active mirrors from sending records back where they came from.
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
 use rdkafka::metadata::Metadata;
 use regex::Regex;
 
 use super::SettingsError;
 use crate::native::record::Header;
 
+/// What every mirror-maker offset-mapping store is named by default
+/// (`mirror-maker.offsets.<source cluster name>`): such topics are a mirror's bookkeeping,
+/// never mirrored.
+pub const STORE_TOPIC_PREFIX: &str = "mirror-maker.offsets.";
+
 /// Which topics to mirror: the whole topic name must match (Java's `String.matches`).
 #[derive(Debug, Clone)]
 pub struct TopicFilter {
     pattern: String,
     regex: Regex,
+    /// This mirror's offset-mapping topic on the target and `--target.topic`: a source topic
+    /// named like it, or whose target topic would be it, is not mirrored.
+    store: Option<(String, TopicTemplate)>,
+    /// Source topics already warned about as not mirrored for the store's sake.
+    warned: Arc<Mutex<HashSet<String>>>,
+    /// Mirrored whatever the whitelist says: `--heartbeats.topic`.
+    also: Option<String>,
 }
 
 impl TopicFilter {
@@ -23,13 +38,76 @@ impl TopicFilter {
             pattern: given.to_owned(),
             message: one_line_regex_error(&e),
         })?;
-        Ok(TopicFilter { pattern, regex })
+        Ok(TopicFilter {
+            pattern,
+            regex,
+            store: None,
+            warned: Arc::default(),
+            also: None,
+        })
+    }
+
+    /// Never mirrors into this mirror's own offset-mapping topic `store` on the target: a
+    /// source topic named `store`, or whose target name under `template` is `store`, is
+    /// skipped (with one warning).
+    pub fn protect_store(&mut self, store: &str, template: &TopicTemplate) {
+        self.store = Some((store.to_owned(), template.clone()));
+    }
+
+    /// Mirrors `topic` too, whether the whitelist matches it or not (the heartbeats topic:
+    /// MirrorMaker 2 mirrors its `heartbeats` topic the same way).
+    pub fn always_mirror(&mut self, topic: &str) {
+        self.also = Some(topic.to_owned());
     }
 
     /// Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) are never
-    /// mirrored, as with MirrorMaker's `exclude.internal.topics`.
+    /// mirrored, as with MirrorMaker's `exclude.internal.topics`; nor are offset-mapping
+    /// stores (see [`STORE_TOPIC_PREFIX`], [`protect_store`](Self::protect_store)), whatever
+    /// the whitelist says: in a chain X → Y → Z, Y's store copied to Z would land in the Y → Z
+    /// mirror's own store.
     pub fn matches(&self, topic: &str) -> bool {
-        !topic.starts_with("__") && self.regex.is_match(topic)
+        let named = self.regex.is_match(topic) || self.also.as_deref() == Some(topic);
+        if topic.starts_with("__") || !named {
+            return false;
+        }
+        let Some(why) = self.store_conflict(topic) else {
+            return true;
+        };
+        let first = self
+            .warned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(topic.to_owned());
+        if first {
+            tracing::warn!(
+                "not mirroring source topic {topic}, which --whitelist {:?} matches: {why}",
+                self.pattern
+            );
+        }
+        false
+    }
+
+    /// Why `topic` must not be mirrored for an offset-mapping store's sake, if it must not.
+    fn store_conflict(&self, topic: &str) -> Option<String> {
+        if topic.starts_with(STORE_TOPIC_PREFIX) {
+            return Some(format!(
+                "it is named like a mirror-maker offset-mapping store ({STORE_TOPIC_PREFIX}*), \
+                 another mirror's bookkeeping"
+            ));
+        }
+        let (store, template) = self.store.as_ref()?;
+        if topic == store {
+            return Some(format!(
+                "it has the name of this mirror's offset-mapping topic ({store}), another \
+                 mirror's bookkeeping"
+            ));
+        }
+        (template.render(topic) == *store).then(|| {
+            format!(
+                "its target topic would be {store}, this mirror's own offset-mapping store; \
+                 change --target.topic or --offset.mapping.topic"
+            )
+        })
     }
 
     /// The regex matched against topic names (after [`java_whitelist`]).
@@ -126,6 +204,22 @@ fn is_topic_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-'
 }
 
+/// Checks a topic name given by `flag`: 1 to 249 characters Kafka allows, not `.` or `..`.
+pub fn check_topic_name(flag: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 249 || name == "." || name == ".." {
+        return Err(format!(
+            "{flag} {name:?} is not a Kafka topic name: 1 to 249 characters, not \".\" or \"..\""
+        ));
+    }
+    if let Some(c) = name.chars().find(|&c| !is_topic_char(c)) {
+        return Err(format!(
+            "{flag} {name:?} holds {c:?}, which Kafka does not allow in a topic name (only \
+             ASCII letters, digits, '.', '_' and '-')"
+        ));
+    }
+    Ok(())
+}
+
 /// `--target.topic`: the target topic of a record, made from its source topic. The default,
 /// `{topic}`, keeps names unchanged.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -166,6 +260,15 @@ impl TopicTemplate {
         })
     }
 
+    /// The topic whose rendering `target` is, if it is one (what a record written to `target`
+    /// was routed to before `--target.topic`).
+    pub fn source_of<'t>(&self, target: &'t str) -> Option<&'t str> {
+        let topic = target
+            .strip_prefix(self.prefix.as_str())?
+            .strip_suffix(self.suffix.as_str())?;
+        (!topic.is_empty()).then_some(topic)
+    }
+
     /// The target topic of `topic`: the one place where a target name is made.
     pub fn render(&self, topic: &str) -> String {
         let mut name = String::with_capacity(self.prefix.len() + topic.len() + self.suffix.len());
@@ -173,6 +276,16 @@ impl TopicTemplate {
         name.push_str(topic);
         name.push_str(&self.suffix);
         name
+    }
+
+    /// The target prefix of a source topic-name prefix (a PREFIXED ACL's): the template's
+    /// prefix before it, when the template adds nothing after `{topic}` (every target topic of
+    /// a source topic starting with `prefix` then starts with the result, and only those do).
+    /// `None` for a template with a suffix: no one prefix names those target topics.
+    pub fn render_prefix(&self, prefix: &str) -> Option<String> {
+        self.suffix
+            .is_empty()
+            .then(|| format!("{}{prefix}", self.prefix))
     }
 }
 
@@ -221,6 +334,43 @@ impl Provenance {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_heartbeats_topic_is_mirrored_whatever_the_whitelist_says() {
+        let mut orders = TopicFilter::new("orders").unwrap();
+        assert!(!orders.matches("mirror-maker.heartbeats"));
+        orders.always_mirror("mirror-maker.heartbeats");
+        assert!(orders.matches("mirror-maker.heartbeats"));
+        assert!(orders.matches("orders"));
+        // Only that name: neither a prefix of it nor another topic.
+        assert!(!orders.matches("mirror-maker.heartbeats.old"));
+        assert!(!orders.matches("payments"));
+    }
+
+    #[test]
+    fn an_offset_mapping_store_is_never_mirrored_even_by_dot_star() {
+        // A chain X -> Y -> Z with default names: Y holds the first mirror's store.
+        let all = TopicFilter::new(".*").unwrap();
+        assert!(all.matches("orders"));
+        assert!(!all.matches("mirror-maker.offsets.source"));
+        assert!(!all.matches("mirror-maker.offsets.dc1"));
+        assert!(!all.matches("__consumer_offsets"));
+    }
+
+    #[test]
+    fn no_source_topic_is_mirrored_into_this_mirrors_own_store() {
+        let mut renamed = TopicFilter::new(".*").unwrap();
+        renamed.protect_store("dc1.offsets", &TopicTemplate::parse("dc1.{topic}").unwrap());
+        // Its target name would be the store.
+        assert!(!renamed.matches("offsets"));
+        assert!(renamed.matches("orders"));
+        // Named like the store itself (a store of another mirror on the source).
+        assert!(!renamed.matches("dc1.offsets"));
+        let mut plain = TopicFilter::new("orders|mapping").unwrap();
+        plain.protect_store("mapping", &TopicTemplate::default());
+        assert!(!plain.matches("mapping"));
+        assert!(plain.matches("orders"));
+    }
 
     #[test]
     fn templates_put_the_source_topic_where_it_says() {

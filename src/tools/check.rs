@@ -13,7 +13,7 @@ use rdkafka::producer::{BaseProducer, Producer};
 
 use crate::mirror::clients::Cluster;
 use crate::mirror::probe::probe;
-use crate::native::admin::{authorized_operations, TopicOperations};
+use crate::native::admin::{authorized_operations, DescribedTopic};
 use crate::settings::client::ClientProps;
 use crate::settings::flags::Partitioning;
 use crate::settings::{counted, Settings};
@@ -103,10 +103,48 @@ pub fn check(settings: &Settings) -> CheckReport {
                 format!("offset mapping: topic {store} exists")
             }
             None => format!(
-                "offset mapping: topic {store} is missing, will be created (compacted, 1                  partition; the producer's principal needs CREATE on it)"
+                "offset mapping: topic {store} is missing, will be created (compacted, 1 \
+                 partition; the producer's principal needs CREATE on it)"
             ),
         });
+        // Who else may write it is DescribeAcls's to say: Kafka answers it only to a
+        // principal with DESCRIBE on the cluster, and rust-rdkafka does not wrap it.
+        report.lines.push(format!(
+            "offset mapping: not checked who else may write topic {store} (that needs \
+             DescribeAcls, which the mirror's principal should not be allowed): only the \
+             mirror's principal may (docs/security.md shows the kafka-acls commands)"
+        ));
     }
+    if let crate::settings::OnHandlerError::DeadLetter(topic) = &settings.on_handler_error {
+        report.lines.push(match target.get(topic) {
+            Some(_) => {
+                target_topics.push(topic.clone());
+                format!("dead-letter topic {topic} exists (--on.handler.error dead-letter)")
+            }
+            None if settings.create_topics.is_some() => format!(
+                "dead-letter topic {topic} is missing, will be created (1 partition; the \
+                 producer's principal needs CREATE on it)"
+            ),
+            None => {
+                report.problems.push(format!(
+                    "dead-letter topic {topic} (--dead.letter.topic) does not exist on the \
+                     target and --create.topics is false: create it, or run with \
+                     --create.topics true"
+                ));
+                format!("dead-letter topic {topic} is missing")
+            }
+        });
+    } else if settings.handler.is_some() {
+        report.lines.push(format!(
+            "a record the message handler refuses: {}",
+            match settings.on_handler_error {
+                crate::settings::OnHandlerError::Skip =>
+                    "skipped and counted (--on.handler.error skip)",
+                _ => "stops the mirror (--on.handler.error stop)",
+            }
+        ));
+    }
+    report.lines.push(batch_size_line(settings, &target_topics));
     // Both clusters are asked at once: one that does not answer (librdkafka's mock cluster
     // has no controller to send DescribeTopics to) costs one wait, not two.
     let (source_ops, target_ops) = std::thread::scope(|s| {
@@ -147,7 +185,8 @@ pub fn check(settings: &Settings) -> CheckReport {
                 )
             }
             Some(&have)
-                if have < *partitions && settings.partitioning == Partitioning::Preserve =>
+                if have < *partitions
+                    && settings.options.partitioning == Partitioning::Preserve =>
             {
                 report.problems.push(format!(
                     "target topic {target_topic} has {}, source topic {topic} has \
@@ -163,7 +202,130 @@ pub fn check(settings: &Settings) -> CheckReport {
             "{topic} ({n_partitions}) -> {target_topic}: {status}"
         ));
     }
+    if let Some(heartbeats) = &settings.heartbeats {
+        heartbeat_lines(&mut report, settings, heartbeats, &source);
+    }
+    if let Some(throttle) = crate::mirror::throttle::Throttle::new(
+        settings.throttle_bytes_per_second,
+        settings.throttle_records_per_second,
+    ) {
+        report.lines.push(format!(
+            "throttle: {} over all streams",
+            throttle.describe()
+        ));
+    }
+    let existing: Vec<(String, String)> = settings
+        .topics
+        .select(&source)
+        .into_iter()
+        .map(|(t, _)| {
+            let target_topic = settings.target_topic.render(&t);
+            (t, target_topic)
+        })
+        .filter(|(_, t)| target.contains_key(t))
+        .collect();
+    report.lines.extend(crate::mirror::timestamps::compare(
+        &settings.consumer,
+        &settings.producer,
+        &existing,
+        settings.options.startup_timeout.min(PERMISSIONS_TIMEOUT),
+    ));
+    if settings.sync_topic_configs.is_some() {
+        topic_configs(&mut report, settings);
+    }
+    if settings.sync_topic_acls.is_some() {
+        topic_acls(&mut report, settings);
+    }
     report
+}
+
+/// `--heartbeats.interval.ms`: where heartbeats go and whether the source lets the mirror
+/// write them there (a refusal is a problem: the mirror would run without heartbeats).
+fn heartbeat_lines(
+    report: &mut CheckReport,
+    settings: &Settings,
+    heartbeats: &crate::settings::Heartbeats,
+    source: &Metadata,
+) {
+    let topic = &heartbeats.topic;
+    let exists = source.topics().iter().any(|t| t.name() == topic);
+    report.lines.push(format!(
+        "heartbeats: every {:?} to source topic {topic} ({}), mirrored to target topic {}",
+        heartbeats.interval,
+        if exists {
+            "exists"
+        } else {
+            "missing, will be created with 1 partition: the consumer config's principal needs \
+             CREATE on it"
+        },
+        settings.target_topic.render(topic)
+    ));
+    if exists {
+        let answer = ask(settings, Cluster::Source, std::slice::from_ref(topic));
+        permissions(report, settings, Cluster::Source, answer, "WRITE");
+    }
+}
+
+/// The producer's `batch.size` against the target topics' `max.message.bytes`: capped at the
+/// smallest at start (librdkafka does not split a batch the target refuses).
+fn batch_size_line(settings: &Settings, target_topics: &[String]) -> String {
+    use crate::mirror::limits::{batch_cap, batch_size, TargetLimits};
+    let timeout = settings.options.startup_timeout.min(PERMISSIONS_TIMEOUT);
+    let read = match TargetLimits::new(&settings.producer, timeout) {
+        Ok(limits) => limits.read(target_topics),
+        Err(e) => return format!("batch size: not checked ({e})"),
+    };
+    let user_set = settings.producer.get("batch.size").is_some();
+    let size = batch_size(&settings.producer);
+    match batch_cap(size, user_set, &read) {
+        Some(cap) => format!("batch size: {}", cap.describe(&settings.producer)),
+        None => match read.iter().min_by_key(|(_, l)| *l) {
+            Some((topic, limit)) => format!(
+                "batch size: the producer's batch.size {size} is taken by every target topic \
+                 (the smallest max.message.bytes is {limit}, of {topic})"
+            ),
+            None => format!(
+                "batch size: the producer's batch.size {size}; no target topic's \
+                 max.message.bytes read (none exists yet, or the target does not answer \
+                 DescribeConfigs)"
+            ),
+        },
+    }
+}
+
+/// `--sync.topic.configs`: per mirrored topic, each listed key a round would set (source and
+/// target values) or leaves different; a topic whose configs a cluster will not describe is a
+/// problem (the sync could not keep it in step).
+fn topic_configs(report: &mut CheckReport, settings: &Settings) {
+    let timeout = settings.options.startup_timeout.min(PERMISSIONS_TIMEOUT);
+    match crate::mirror::sync::preview(settings, timeout) {
+        Ok(plan) => {
+            report.lines.extend(crate::mirror::sync::plan_lines(&plan));
+            report
+                .problems
+                .extend(plan.refused.iter().map(|r| r.describe()));
+        }
+        Err(e) => report.lines.push(format!(
+            "topic-config sync: not checked ({})",
+            settings.producer.redact(&e.to_string())
+        )),
+    }
+}
+
+/// `--sync.topic.acls`: each ACL a round would create or remove on the target; a principal
+/// that may not describe or alter ACLs is a problem (the sync would stop).
+fn topic_acls(report: &mut CheckReport, settings: &Settings) {
+    let timeout = settings.options.startup_timeout.min(PERMISSIONS_TIMEOUT);
+    match crate::mirror::acl_sync::preview(settings, timeout) {
+        Ok(plan) => report
+            .lines
+            .extend(crate::mirror::acl_sync::plan_lines(&plan)),
+        Err(e) if e.stops() => report.problems.push(e.to_string()),
+        Err(e) => report.lines.push(format!(
+            "ACL sync: not checked ({})",
+            settings.producer.redact(&e.to_string())
+        )),
+    }
 }
 
 /// How long `check` waits for a cluster to say what the principal may do: a real cluster
@@ -182,7 +344,7 @@ fn ask(
     settings: &Settings,
     cluster: Cluster,
     topics: &[String],
-) -> Result<Vec<TopicOperations>, String> {
+) -> Result<Vec<DescribedTopic>, String> {
     if topics.is_empty() {
         return Ok(Vec::new());
     }
@@ -195,7 +357,7 @@ fn ask(
             authorized_operations(
                 client.client(),
                 &names,
-                settings.startup_timeout.min(PERMISSIONS_TIMEOUT),
+                settings.options.startup_timeout.min(PERMISSIONS_TIMEOUT),
             )
         })
 }
@@ -207,7 +369,7 @@ fn permissions(
     report: &mut CheckReport,
     settings: &Settings,
     cluster: Cluster,
-    answer: Result<Vec<TopicOperations>, String>,
+    answer: Result<Vec<DescribedTopic>, String>,
     needed: &str,
 ) {
     let props = props_of(settings, cluster);
@@ -222,10 +384,11 @@ fn permissions(
             return;
         }
     };
-    for TopicOperations {
+    for DescribedTopic {
         topic,
         error,
         operations,
+        ..
     } in described
     {
         match (error, operations) {

@@ -11,19 +11,22 @@ use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{BorrowedMessage, Headers, Message, Timestamp};
+use rdkafka::message::{BorrowedMessage, Message, Timestamp};
+
+use crate::native::record::{message_headers, Header};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::settings::routing::PROVENANCE_HEADER;
 
 /// The fingerprint of one record's content.
-pub fn fingerprint<M: Message>(m: &M) -> u64 {
+pub fn fingerprint(m: &BorrowedMessage<'_>) -> u64 {
     fingerprint_stamped(m, None)
 }
 
 /// As [`fingerprint`], of a mirrored record whose last header is the provenance header naming
 /// `stamp` (`--loop.prevention`): that header is left out, so the copy matches its source.
-pub fn fingerprint_stamped<M: Message>(m: &M, stamp: Option<&str>) -> u64 {
+/// Header names are read as bytes (Kafka does not require them to be UTF-8).
+pub fn fingerprint_stamped(m: &BorrowedMessage<'_>, stamp: Option<&str>) -> u64 {
     let mut h = DefaultHasher::new();
     m.key().hash(&mut h);
     m.payload().hash(&mut h);
@@ -32,18 +35,19 @@ pub fn fingerprint_stamped<M: Message>(m: &M, stamp: Option<&str>) -> u64 {
         Timestamp::NotAvailable => None,
     }
     .hash(&mut h);
-    if let Some(headers) = m.headers() {
-        let mut count = headers.count();
-        if let (Some(stamp), Some(last)) = (stamp, count.checked_sub(1)) {
-            let header = headers.get(last);
-            if header.key == PROVENANCE_HEADER && header.value == Some(stamp.as_bytes()) {
-                count = last;
-            }
+    // Counted first, then read: no allocation per record.
+    let mut count = message_headers(m).count();
+    if let (Some(stamp), Some(last)) = (stamp, count.checked_sub(1)) {
+        let is_stamp = |h: Header<'_>| {
+            h.key == PROVENANCE_HEADER.as_bytes() && h.value == Some(stamp.as_bytes())
+        };
+        if message_headers(m).nth(last).is_some_and(is_stamp) {
+            count = last;
         }
-        for header in headers.iter().take(count) {
-            header.key.hash(&mut h);
-            header.value.hash(&mut h);
-        }
+    }
+    for header in message_headers(m).take(count) {
+        header.key.hash(&mut h);
+        header.value.hash(&mut h);
     }
     h.finish()
 }
@@ -56,7 +60,7 @@ pub fn read_partition(
     partition: i32,
     timeout: Duration,
 ) -> anyhow::Result<Vec<u64>> {
-    read_partition_as(bootstrap, topic, partition, timeout, |m| fingerprint(m))
+    read_partition_as(bootstrap, topic, partition, timeout, fingerprint)
 }
 
 /// Like [`read_partition`], every field of each record.
@@ -66,7 +70,7 @@ pub fn read_records(
     partition: i32,
     timeout: Duration,
 ) -> anyhow::Result<Vec<OwnedRecord>> {
-    read_partition_as(bootstrap, topic, partition, timeout, |m| OwnedRecord::of(m))
+    read_partition_as(bootstrap, topic, partition, timeout, OwnedRecord::of)
 }
 
 pub use crate::mirror::clients::ReaderContext;
@@ -182,18 +186,20 @@ pub struct OwnedRecord {
 }
 
 impl OwnedRecord {
-    pub fn of<M: Message>(m: &M) -> OwnedRecord {
+    /// A header name that is not UTF-8 is kept with U+FFFD in place of the bytes that are not
+    /// (the tests that need the bytes read them with `native::record::message_headers`).
+    pub fn of(m: &BorrowedMessage<'_>) -> OwnedRecord {
         OwnedRecord {
             key: m.key().map(<[u8]>::to_vec),
             value: m.payload().map(<[u8]>::to_vec),
-            headers: m
-                .headers()
-                .map(|hs| {
-                    hs.iter()
-                        .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
-                        .collect()
+            headers: message_headers(m)
+                .map(|h| {
+                    (
+                        String::from_utf8_lossy(h.key).into_owned(),
+                        h.value.map(<[u8]>::to_vec),
+                    )
                 })
-                .unwrap_or_default(),
+                .collect(),
             timestamp: match m.timestamp() {
                 Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) => Some(t),
                 Timestamp::NotAvailable => None,

@@ -16,6 +16,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
 use super::compare::{compare, read_partition, Comparison};
+use crate::mirror::flush::send_waiting;
 use crate::mirror::pipeline;
 use crate::mirror::state::{Control, Stats};
 use crate::settings::client::{ClientProps, Role};
@@ -90,21 +91,8 @@ pub fn write_samples(
             .headers(headers);
         record.key = s.key.as_deref();
         record.payload = s.value.as_deref();
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((
-                    rdkafka::error::KafkaError::MessageProduction(
-                        rdkafka::types::RDKafkaErrorCode::QueueFull,
-                    ),
-                    back,
-                )) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(10));
-                }
-                Err((e, _)) => anyhow::bail!("writing sample record {i}: {e}"),
-            }
-        }
+        send_waiting(&producer, record, None)
+            .map_err(|e| anyhow::anyhow!("writing sample record {i}: {e}"))?;
         producer.poll(Duration::ZERO);
     }
     producer
@@ -192,7 +180,7 @@ fn demo_settings(src: &str, dst: &str, args: &DemoArgs) -> anyhow::Result<Settin
                 ("bootstrap.servers", src),
                 ("group.id", GROUP),
                 // The embedded cluster waits a whole session timeout for a member that is
-                // slow to rejoin; keep it short (see tests/README.md).
+                // slow to rejoin; keep it short (see docs/testing.md).
                 ("session.timeout.ms", "6000"),
                 ("heartbeat.interval.ms", "500"),
             ],

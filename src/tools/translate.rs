@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::mirror::groups::{self, Applied, Clusters, GroupError, PartitionResult};
-use crate::mirror::store;
+use crate::mirror::mapping::groups::{self, Applied, Clusters, GroupError, PartitionResult};
+use crate::mirror::mapping::{store, Trust};
 use crate::settings::client::ClientProps;
 use crate::settings::flags::TranslateArgs;
+use crate::settings::routing::{TopicFilter, TopicTemplate};
 use crate::settings::{defaults, load_client_files, SettingsError};
 
 /// What `translate` found (and did).
@@ -24,6 +25,10 @@ pub struct Report {
     /// With `--apply`: why nothing was committed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// Records of the store not taken (undecodable, or not what this mirror writes), by
+    /// reason.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub rejected: std::collections::BTreeMap<&'static str, u64>,
 }
 
 impl Report {
@@ -32,6 +37,7 @@ impl Report {
         !self.partitions.is_empty()
             && self.partitions.iter().all(PartitionResult::is_exact)
             && self.refused.is_none()
+            && self.applied.as_ref().is_none_or(|a| a.refused.is_empty())
     }
 
     pub fn render(&self) -> String {
@@ -59,6 +65,23 @@ impl Report {
                 a.kept
             ));
         }
+        for r in self.applied.iter().flat_map(|a| &a.refused) {
+            out.push_str(&format!(
+                "not committed: {}/{} offset {}: {}\n",
+                r.topic, r.partition, r.offset, r.reason
+            ));
+        }
+        if !self.rejected.is_empty() {
+            let reasons: Vec<String> = self
+                .rejected
+                .iter()
+                .map(|(why, n)| format!("{why} {n}"))
+                .collect();
+            out.push_str(&format!(
+                "skipped store records (not what this mirror writes): {}\n",
+                reasons.join(", ")
+            ));
+        }
         if let Some(why) = &self.refused {
             out.push_str(&format!("not applied: {why}\n"));
         }
@@ -74,6 +97,7 @@ pub struct Translate {
     group: String,
     apply: bool,
     timeout: Duration,
+    trust: Trust,
 }
 
 impl Translate {
@@ -90,6 +114,14 @@ impl Translate {
         if args.group.trim().is_empty() {
             return Err(SettingsError::Usage("--group must name a group".to_owned()));
         }
+        // What the mirror's own flags say it writes: records of the store that are not are
+        // skipped (the whitelist only when given; a message handler may rename).
+        let trust = Trust::new(
+            m.whitelist.as_deref().map(TopicFilter::new).transpose()?,
+            TopicTemplate::parse(&m.target_topic).map_err(SettingsError::Usage)?,
+            m.message_handler.is_some(),
+            source.get("group.id"),
+        );
         Ok(Translate {
             source,
             target,
@@ -99,6 +131,7 @@ impl Translate {
             group: args.group.clone(),
             apply: args.apply,
             timeout: Duration::from_millis(args.timeout_ms),
+            trust,
         })
     }
 
@@ -107,7 +140,7 @@ impl Translate {
             source: &self.source,
             target: &self.target,
         };
-        let map = store::load(&self.target, &self.topic, self.timeout)?;
+        let map = store::load(&self.target, &self.topic, self.trust.clone(), self.timeout)?;
         let all = groups::source_partitions(clusters, self.timeout)?;
         let partitions = groups::translate_group(clusters, &map, &self.group, &all, self.timeout)?;
         let mut report = Report {
@@ -116,6 +149,11 @@ impl Translate {
             partitions,
             applied: None,
             refused: None,
+            rejected: map
+                .rejected()
+                .iter()
+                .map(|(why, n)| (why.label(), *n))
+                .collect(),
         };
         if self.apply {
             match groups::apply(clusters, &self.group, &report.partitions, self.timeout) {

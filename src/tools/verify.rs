@@ -305,7 +305,7 @@ fn source_is_compacted(v: &Verification, topic: &str) -> anyhow::Result<bool> {
         .connection_config()
         .create()
         .context("creating an admin client for the source")?;
-    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    let runtime = crate::native::runtime()?;
     let options = AdminOptions::new().request_timeout(Some(v.idle_timeout));
     let described =
         runtime.block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options));

@@ -23,12 +23,13 @@ use anyhow::{bail, Context};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Message, Timestamp};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
+use mirror_maker::mirror::flush::send_waiting;
 use mirror_maker::settings::client::{ClientProps, Role};
 use mirror_maker::settings::routing::TopicFilter;
 use mirror_maker::settings::{Settings, SettingsOptions};
@@ -69,8 +70,8 @@ pub struct KafkaArgs {
     /// Records per second in the latency phase.
     #[arg(long = "latency-rate", default_value_t = 1000)]
     pub latency_rate: u64,
-    /// Contenders to run (default: all): consume-only, produce-only, mirror, mm1, mm1-tuned,
-    /// mm2, batched-loop.
+    /// Contenders to run (default: all): consume-only, produce-only, mirror, mirror-batches,
+    /// mm1, mm1-tuned, mm2, batched-loop.
     #[arg(long, value_delimiter = ',')]
     pub contenders: Vec<String>,
     /// The mirror binary (default: `mirror-maker` next to this executable).
@@ -79,6 +80,65 @@ pub struct KafkaArgs {
     /// Records the batched loop consumes before it produces, flushes and commits.
     #[arg(long = "loop-batch", default_value_t = 5000)]
     pub loop_batch: usize,
+    /// Instead of the contenders: the mirror under each of these
+    /// `--throttle.bytes.per.second` limits (0: unthrottled), its byte rate measured on the
+    /// target over --throttle-secs (see [`Bench::throttled`]).
+    #[arg(long = "throttle-bytes", value_delimiter = ',')]
+    pub throttle_bytes: Vec<u64>,
+    /// The measured window of each throttled pass, after a 2 s warm-up (the bucket's
+    /// one-second burst is spent before the window opens).
+    #[arg(long = "throttle-secs", default_value_t = 30)]
+    pub throttle_secs: u64,
+    /// The throttled passes' copy engine: `mirror` (records) or `mirror-batches` (the batch
+    /// engine, which charges each batch its bytes as sent rather than keys and values).
+    #[arg(long = "throttle-contender", default_value = "mirror")]
+    pub throttle_contender: Contender,
+}
+
+/// One throttled pass: the limit, and the byte rate the target received.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ThrottleResult {
+    /// `--throttle.bytes.per.second` (`None`: unthrottled).
+    pub limit: Option<u64>,
+    pub streams: u32,
+    /// `mirror` or `mirror-batches` (absent in lines written before the batch engine took
+    /// the throttle: `mirror`).
+    #[serde(default)]
+    pub contender: Option<Contender>,
+    /// Source bytes (key, value: what the throttle charges) per second on the target.
+    pub measured: f64,
+    /// The window measured, in seconds (shorter than asked if the backlog ran out).
+    pub window_secs: f64,
+    pub records: i64,
+    /// Whether the backlog ran out before the window closed.
+    pub backlog_ran_out: bool,
+    /// `mirror_throttled_seconds_total` when the window closed: how long the streams were
+    /// paused by the limit, summed over streams, since the mirror started.
+    pub throttled_secs: Option<f64>,
+}
+
+/// A free port on loopback, for a pass's `--metrics.addr`.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The value of the unlabelled sample `name` at `http://127.0.0.1:port/metrics`.
+fn scraped(port: u16, name: &str) -> anyhow::Result<Option<f64>> {
+    use std::io::Read;
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        conn,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut body = String::new();
+    conn.read_to_string(&mut body)?;
+    Ok(body
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok()))
 }
 
 /// What ran in one pass.
@@ -88,6 +148,8 @@ pub enum Contender {
     ConsumeOnly,
     ProduceOnly,
     Mirror,
+    /// The same binary with `--copy.mode batches` (the batch engine).
+    MirrorBatches,
     Mm1,
     Mm1Tuned,
     Mm2,
@@ -100,6 +162,7 @@ impl Contender {
             Contender::ConsumeOnly => "consume-only",
             Contender::ProduceOnly => "produce-only",
             Contender::Mirror => "mirror",
+            Contender::MirrorBatches => "mirror-batches",
             Contender::Mm1 => "mm1",
             Contender::Mm1Tuned => "mm1-tuned",
             Contender::Mm2 => "mm2",
@@ -380,6 +443,8 @@ pub struct Bench<'a> {
     target: KafkaCluster,
     dir: tempfile::TempDir,
     pass: u32,
+    /// Flags added to the mirror's command line in its passes.
+    mirror_flags: Vec<String>,
 }
 
 impl<'a> Bench<'a> {
@@ -425,6 +490,7 @@ impl<'a> Bench<'a> {
             target,
             dir: tempfile::Builder::new().prefix("mirror-bench-").tempdir()?,
             pass: 0,
+            mirror_flags: Vec::new(),
         })
     }
 
@@ -479,6 +545,113 @@ impl<'a> Bench<'a> {
                 self.dir.keep().display()
             );
         }
+    }
+
+    /// The mirror with `--throttle.bytes.per.second limit` (`None`: none) over the backlog:
+    /// once records reach the target and 2 s more have passed (the bucket starts full: its
+    /// one-second burst is spent then), the target's end offsets are read, and again
+    /// `secs` later (or when the whole backlog is there, if sooner). The rate: records
+    /// between the two readings times the bytes the throttle charges per record (its key and
+    /// value), over the time between them. The target is not checked record by record
+    /// here: the contenders' passes do that.
+    pub fn throttled(
+        &mut self,
+        contender: Contender,
+        limit: Option<u64>,
+        streams: u32,
+        secs: u64,
+    ) -> anyhow::Result<ThrottleResult> {
+        if !matches!(contender, Contender::Mirror | Contender::MirrorBatches) {
+            bail!(
+                "--throttle-contender {}: only mirror and mirror-batches take a throttle",
+                contender.name()
+            );
+        }
+        self.pass += 1;
+        let dst = self.target.bootstrap();
+        recreate_topic(&dst, TOPIC, self.partitions)?;
+        let dir = self.dir.path().join(format!("pass-{}", self.pass));
+        std::fs::create_dir_all(&dir)?;
+        // Metrics on in every throttled pass, unthrottled too: the time throttled is read
+        // from them (the contenders' passes run with metrics off).
+        let port = free_port()?;
+        self.mirror_flags = vec!["--metrics.addr".into(), format!("127.0.0.1:{port}")];
+        if let Some(l) = limit {
+            self.mirror_flags
+                .extend(["--throttle.bytes.per.second".into(), l.to_string()]);
+        }
+        let (mut child, _) = self.spawn(contender, streams, &[TOPIC], &dir)?;
+        self.mirror_flags.clear();
+        let result = (|| -> anyhow::Result<ThrottleResult> {
+            let client = reader(&dst)?;
+            let total = |client: &BaseConsumer| -> anyhow::Result<i64> {
+                Ok(end_offsets(client, TOPIC, self.partitions)?.iter().sum())
+            };
+            let first_seen = Instant::now();
+            while total(&client)? == 0 {
+                if let Some(status) = child.try_wait()? {
+                    bail!(
+                        "the mirror exited early ({status}); its log: {}",
+                        dir.join("log").display()
+                    );
+                }
+                if first_seen.elapsed() > Duration::from_secs(120) {
+                    bail!(
+                        "no record on the target after 120 s; log: {}",
+                        dir.join("log").display()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            std::thread::sleep(Duration::from_secs(2));
+            let (from, from_at) = (total(&client)?, Instant::now());
+            let window = Duration::from_secs(secs);
+            let (to, to_at) = loop {
+                std::thread::sleep(Duration::from_millis(200));
+                let (now, at) = (total(&client)?, Instant::now());
+                if now as u64 >= self.records || at - from_at >= window {
+                    break (now, at);
+                }
+                if let Some(status) = child.try_wait()? {
+                    bail!(
+                        "the mirror exited early ({status}); its log: {}",
+                        dir.join("log").display()
+                    );
+                }
+            };
+            let throttled_secs = scraped(port, "mirror_throttled_seconds_total")?;
+            let window_secs = (to_at - from_at).as_secs_f64();
+            let per_record = self.value_bytes as f64 + 8.0;
+            Ok(ThrottleResult {
+                limit,
+                streams,
+                contender: Some(contender),
+                measured: (to - from) as f64 * per_record / window_secs,
+                window_secs,
+                records: to - from,
+                backlog_ran_out: to as u64 >= self.records,
+                throttled_secs,
+            })
+        })();
+        stop(&mut child);
+        let r = result?;
+        eprintln!(
+            "throttle {:>11} {} streams={streams}: {:>7.2} MB/s measured over {:.1} s ({} records){}{}",
+            r.limit.map_or("none".to_owned(), |l| format!("{:.0} MB/s", l as f64 / 1e6)),
+            contender.name(),
+            r.measured / 1e6,
+            r.window_secs,
+            r.records,
+            r.limit.map_or(String::new(), |l| format!(
+                ", {:+.1}% of the limit",
+                (r.measured / l as f64 - 1.0) * 100.0
+            )),
+            if r.backlog_ran_out { "; the backlog ran out before the window closed" } else { "" },
+        );
+        if let Some(paused) = r.throttled_secs {
+            eprintln!("  paused by the throttle: {paused:.1} s summed over streams since start");
+        }
+        Ok(r)
     }
 
     /// Runs one contender's pass, checks the target, prints a line and returns the result.
@@ -635,7 +808,7 @@ impl<'a> Bench<'a> {
                     .args(["--loop-batch", &self.args.loop_batch.to_string()]);
                 cmd
             }
-            Contender::Mirror => {
+            Contender::Mirror | Contender::MirrorBatches => {
                 let c = dir.join("consumer.toml");
                 let p = dir.join("producer.toml");
                 let toml = |pairs: &[(String, String)]| -> String {
@@ -669,11 +842,17 @@ impl<'a> Bench<'a> {
                     .arg(&p)
                     .args(["--whitelist", &whitelist])
                     .args(["--num.streams", &streams.to_string()])
+                    .args(&self.mirror_flags)
                     .env(
                         "RUST_LOG",
                         std::env::var("BENCH_LOG").unwrap_or_else(|_| "warn".into()),
                     )
                     .env("NO_COLOR", "1");
+                if contender == Contender::MirrorBatches {
+                    // Only here: the records contender's command line stays as it was (and
+                    // works with a --mirror-bin that predates the flag).
+                    cmd.args(["--copy.mode", "batches"]);
+                }
                 cmd
             }
             Contender::Mm1 | Contender::Mm1Tuned => {
@@ -997,15 +1176,6 @@ fn wait_output(child: &mut Child, dir: &Path, timeout: Duration) -> anyhow::Resu
     }
 }
 
-/// Waits a millisecond for room in a full producer queue, then serves delivery reports.
-/// Not `poll(1 ms)`: rust-rdkafka's `BaseProducer::poll` passes its remaining time to
-/// librdkafka in whole milliseconds, truncated, so in its last millisecond it polls with 0 ms
-/// and spins on the clock until the deadline (all of a 1 ms poll).
-fn wait_for_room<C: ProducerContext>(producer: &BaseProducer<C>) {
-    std::thread::sleep(Duration::from_millis(1));
-    producer.poll(Duration::ZERO);
-}
-
 /// Sends `records` backlog records to `topic`, over the partitions in turn, `run` records to
 /// each (1: round-robin; a mirror sends runs of records of one source partition, as fetched).
 fn send_records(
@@ -1033,20 +1203,12 @@ fn send_records(
             }
             Values::Pool => &pool[(i % 4096) as usize],
         };
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
+        let record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
             .partition((i / run % partitions as u64) as i32)
             .key(key.as_slice())
             .payload(value);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    wait_for_room(producer);
-                }
-                Err((e, _)) => bail!("sending record {i} to {topic}: {e}"),
-            }
-        }
+        send_waiting(producer, record, None)
+            .map_err(|e| anyhow::anyhow!("sending record {i} to {topic}: {e}"))?;
         producer.poll(Duration::ZERO);
     }
     Ok(())
@@ -1115,24 +1277,9 @@ pub fn kafka_pass(a: &KafkaPassArgs) -> anyhow::Result<()> {
             let mut config = mirror_settings(a)?.consumer.client_config();
             config.set("log_level", "3");
             let consumer: BaseConsumer = config.create()?;
-            let mut tpl = TopicPartitionList::new();
-            for p in 0..a.partitions {
-                tpl.add_partition_offset(TOPIC, p, Offset::Beginning)?;
-            }
-            consumer.assign(&tpl)?;
-            let (mut seen, mut first) = (0, None);
-            while seen < a.records {
-                match consumer.poll(Duration::from_secs(60)) {
-                    Some(Ok(m)) => {
-                        first.get_or_insert_with(Instant::now);
-                        seen += 1;
-                        std::hint::black_box(m.payload());
-                    }
-                    Some(Err(e)) => bail!("consuming {TOPIC}: {e}"),
-                    None => bail!("consuming {TOPIC}: nothing for 60 s after {seen} records"),
-                }
-            }
-            (first.unwrap_or(started), Instant::now())
+            let (first, last) =
+                crate::consume_all(&consumer, a.partitions, a.records, Duration::from_secs(60))?;
+            (first.unwrap_or(started), last)
         }
         Contender::ProduceOnly => {
             let mut config = mirror_settings(a)?.producer.client_config();
@@ -1213,16 +1360,8 @@ fn batched_loop(a: &KafkaPassArgs) -> anyhow::Result<()> {
             if let Some(h) = m.headers() {
                 record = record.headers(h.detach());
             }
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        record = back;
-                        wait_for_room(&producer);
-                    }
-                    Err((e, _)) => bail!("producing to {}: {e}", m.topic()),
-                }
-            }
+            send_waiting(&producer, record, None)
+                .map_err(|e| anyhow::anyhow!("producing to {}: {e}", m.topic()))?;
             n += 1;
         }
         if n > 0 {

@@ -30,6 +30,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
+use mirror_maker::mirror::flush::send_waiting;
 use mirror_maker::mirror::state::{Control, Stats};
 use mirror_maker::settings::client::{ClientProps, Role};
 use mirror_maker::settings::routing::TopicFilter;
@@ -246,24 +247,15 @@ fn send_backlog(
     partitions: i32,
     poll_every: u64,
 ) -> anyhow::Result<()> {
-    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
     let v = value(0, value_bytes);
     for i in 0..records {
         let key = i.to_be_bytes();
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(TOPIC)
+        let record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(TOPIC)
             .partition((i % partitions as u64) as i32)
             .key(key.as_slice())
             .payload(v.as_slice());
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(1));
-                }
-                Err((e, _)) => bail!("sending backlog record {i}: {e}"),
-            }
-        }
+        send_waiting(producer, record, None)
+            .map_err(|e| anyhow::anyhow!("sending backlog record {i}: {e}"))?;
         if i % poll_every == 0 {
             producer.poll(Duration::ZERO);
         }
@@ -343,25 +335,38 @@ fn consume_only(source: &str, records: u64, partitions: i32) -> anyhow::Result<(
         .set("enable.auto.commit", "false")
         .set("log_level", "3")
         .create()?;
+    let (first, last) = consume_all(&consumer, partitions, records, Duration::from_secs(30))?;
+    Ok((first.unwrap_or(last), last))
+}
+
+/// The consume-only limit's loop (mock and Kafka passes alike): reads `records` records of
+/// the benchmark topic's `partitions` from their beginning, touching each payload; returns
+/// when the first arrived (`None` if none was due) and when the last did. Nothing for
+/// `patience` is an error.
+pub(crate) fn consume_all(
+    consumer: &BaseConsumer,
+    partitions: i32,
+    records: u64,
+    patience: Duration,
+) -> anyhow::Result<(Option<Instant>, Instant)> {
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition_offset(TOPIC, p, Offset::Beginning)?;
     }
     consumer.assign(&tpl)?;
-    let mut seen = 0;
-    let mut first = None;
+    let (mut seen, mut first) = (0, None);
     while seen < records {
-        match consumer.poll(Duration::from_secs(30)) {
+        match consumer.poll(patience) {
             Some(Ok(m)) => {
                 first.get_or_insert_with(Instant::now);
                 seen += 1;
                 std::hint::black_box(m.payload());
             }
-            Some(Err(e)) => bail!("consuming: {e}"),
-            None => bail!("consuming: nothing for 30 s after {seen} records"),
+            Some(Err(e)) => bail!("consuming {TOPIC}: {e}"),
+            None => bail!("consuming {TOPIC}: nothing for {patience:?} after {seen} records"),
         }
     }
-    Ok((first.unwrap_or_else(Instant::now), Instant::now()))
+    Ok((first, Instant::now()))
 }
 
 fn produce_only(
@@ -713,6 +718,7 @@ fn orchestrate_kafka(cli: &Cli) -> anyhow::Result<()> {
         "consume-only",
         "produce-only",
         "mirror",
+        "mirror-batches",
         "mm1",
         "mm1-tuned",
         "mm2",
@@ -741,6 +747,37 @@ fn orchestrate_kafka(cli: &Cli) -> anyhow::Result<()> {
         cli.partitions,
     )?;
     bench.preload()?;
+    if !cli.kafka.throttle_bytes.is_empty() {
+        // The throttle's passes only: the rate under each limit.
+        let streams = cli.streams.first().copied().unwrap_or(1);
+        for &limit in &cli.kafka.throttle_bytes {
+            let r = bench.throttled(
+                cli.kafka.throttle_contender,
+                (limit > 0).then_some(limit),
+                streams,
+                cli.kafka.throttle_secs,
+            )?;
+            let mut out = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&cli.out)?;
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({
+                    "brokers": "kafka",
+                    "kafka": "3.9.2",
+                    "throttle": r,
+                    "records": cli.records,
+                    "value_bytes": cli.value_bytes,
+                    "partitions": cli.partitions,
+                })
+            )?;
+        }
+        bench.keep_logs();
+        eprintln!("took {:.0} s", started.elapsed().as_secs_f64());
+        return Ok(());
+    }
     let mut results = Vec::new();
     if has("consume-only") {
         results.push(bench.run(Contender::ConsumeOnly, 1)?);
@@ -751,6 +788,9 @@ fn orchestrate_kafka(cli: &Cli) -> anyhow::Result<()> {
     for &s in &cli.streams {
         if has("mirror") {
             results.push(bench.run(Contender::Mirror, s)?);
+        }
+        if has("mirror-batches") {
+            results.push(bench.run(Contender::MirrorBatches, s)?);
         }
         if has("mm1") {
             results.push(bench.run(Contender::Mm1, s)?);

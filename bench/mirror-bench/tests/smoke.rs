@@ -1,7 +1,7 @@
 //! The benchmark's harness keeps working: `mirror-bench --brokers kafka` with a tiny backlog
-//! runs every contender (the limits, this mirror, MirrorMaker 1 default and tuned,
-//! MirrorMaker 2, the batched loop) on Apache Kafka, checks each target and writes a result
-//! line. Nothing is timed here: the figures of so small a run mean nothing.
+//! runs every contender (the limits, this mirror with records and with batches, MirrorMaker 1
+//! default and tuned, MirrorMaker 2, the batched loop) on Apache Kafka, checks each target and
+//! writes a result line. Nothing is timed here: the figures of so small a run mean nothing.
 
 use std::path::Path;
 use std::process::Command;
@@ -67,6 +67,7 @@ fn every_contender_mirrors_a_small_backlog_on_kafka() {
             "consume-only",
             "produce-only",
             "mirror",
+            "mirror-batches",
             "mm1",
             "mm2",
             "mm1-tuned",

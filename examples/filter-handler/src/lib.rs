@@ -46,7 +46,7 @@ impl MessageHandler for Filter {
             Rule::Key(re) => record.key().is_some_and(|k| re.is_match(k)),
             Rule::Header(name, re) => record
                 .headers()
-                .any(|(k, v)| k == name && v.is_some_and(|v| re.is_match(v))),
+                .any(|(k, v)| k == name.as_bytes() && v.is_some_and(|v| re.is_match(v))),
         });
         if !dropped {
             out.emit(&record.as_output())?;

@@ -41,7 +41,7 @@ impl MessageHandler for Rename {
         let mut output = record.as_output();
         output.topic = &topic;
         if let Some((name, value)) = &self.header {
-            output.headers.push((name, Some(value)));
+            output.headers.push((name.as_bytes(), Some(value)));
         }
         out.emit(&output)
     }

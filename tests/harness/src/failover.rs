@@ -1,4 +1,4 @@
-//! What the failover tests (issue 14) share: records that carry their source identity in their
+//! What the failover tests share: records that carry their source identity in their
 //! value, a transactional writer that interleaves committed and aborted transactions, an
 //! "application" that reads part of a group's partitions and commits, a reader that resumes a
 //! group from its committed offsets, a member that keeps a group active, and `mirror-maker
@@ -18,6 +18,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
+use mirror_maker::mirror::flush::send_waiting;
 use mirror_maker::tools::compare::{reader_from, scan};
 
 /// One record as a group reads it: where it is, and the identity its value carries.
@@ -46,21 +47,8 @@ pub fn send_id(p: &BaseProducer, topic: &str, partition: i32, key: Option<&str>,
     let mut record: BaseRecord<'_, str, str> =
         BaseRecord::to(topic).partition(partition).payload(id);
     record.key = key;
-    loop {
-        match p.send(record) {
-            Ok(()) => break,
-            Err((
-                rdkafka::error::KafkaError::MessageProduction(
-                    rdkafka::types::RDKafkaErrorCode::QueueFull,
-                ),
-                back,
-            )) => {
-                record = back;
-                p.poll(Duration::from_millis(10));
-            }
-            Err((e, _)) => panic!("producing to {topic}/{partition}: {e}"),
-        }
-    }
+    send_waiting(p, record, None)
+        .unwrap_or_else(|e| panic!("producing to {topic}/{partition}: {e}"));
     p.poll(Duration::ZERO);
 }
 
@@ -197,9 +185,18 @@ pub fn group_offsets(bootstrap: &str, group: &str, topic: &str, partitions: i32)
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
-    let committed = consumer
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .unwrap_or_else(|e| panic!("committed offsets of {group} on {bootstrap}: {e}"));
+    // A cluster's first group waits for its offsets topic: NOT_COORDINATOR until it is made.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let committed = loop {
+        match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+            Ok(c) => break c,
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("committed offsets of {group} on {bootstrap}: {e}; asking again");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => panic!("committed offsets of {group} on {bootstrap}: {e}"),
+        }
+    };
     committed
         .elements()
         .iter()

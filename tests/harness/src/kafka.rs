@@ -14,11 +14,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 
-use super::{admin, block_on, wait_committed, Endpoints, Mirror};
+use super::{admin, block_on, wait_committed_by, Endpoints, Mirror, GROUP};
 
 /// A pinned Apache Kafka version (a pom `kafka/pom-VERSION.xml` exists for each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +70,8 @@ struct Node {
     controller_port: u16,
     /// The secured listener's port, when the cluster has one ([`KafkaSecurity`]).
     secure_port: Option<u16>,
+    /// The SASL_PLAINTEXT listener's port, beside a SASL_SSL one ([`SecureListener::SaslSslScram`]).
+    sasl_plaintext_port: Option<u16>,
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -84,6 +86,16 @@ pub struct KafkaCluster {
     pub startup: Duration,
     /// The brokers' JVM options instead of the tests' small, quick-starting ones (empty: those).
     jvm: Vec<String>,
+    /// Per node, the `FRONTED` listener's ports (see [`KafkaCluster::start_fronted`]).
+    fronts: Vec<Front>,
+}
+
+/// A node's `FRONTED` listener: it listens on `listen` and advertises `advertise`, the port of
+/// something in front of it (a fault proxy, `faults::FaultProxy`, forwarding to `listen`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Front {
+    pub listen: u16,
+    pub advertise: u16,
 }
 
 fn free_port() -> u16 {
@@ -185,7 +197,7 @@ impl KafkaCluster {
         brokers: usize,
         extra: &[(&str, &str)],
     ) -> KafkaCluster {
-        KafkaCluster::start_inner(version, brokers, extra, None, &[])
+        KafkaCluster::start_inner(version, brokers, extra, None, &[], &[])
     }
 
     /// As [`KafkaCluster::start_with`], the brokers run with these JVM options (heap and
@@ -197,7 +209,7 @@ impl KafkaCluster {
         extra: &[(&str, &str)],
         jvm: &[&str],
     ) -> KafkaCluster {
-        KafkaCluster::start_inner(version, brokers, extra, None, jvm)
+        KafkaCluster::start_inner(version, brokers, extra, None, jvm, &[])
     }
 
     /// A cluster with a secured listener besides the PLAINTEXT one (see [`KafkaSecurity`]);
@@ -208,7 +220,37 @@ impl KafkaCluster {
         extra: &[(&str, &str)],
         security: &KafkaSecurity<'_>,
     ) -> KafkaCluster {
-        KafkaCluster::start_inner(version, brokers, extra, Some(security), &[])
+        KafkaCluster::start_inner(version, brokers, extra, Some(security), &[], &[])
+    }
+
+    /// As [`KafkaCluster::start_with`], each node `i` also listening on `fronts[i].listen` (a
+    /// PLAINTEXT listener named `FRONTED`) and advertising `fronts[i].advertise` there: a
+    /// client that bootstraps through what listens on the advertised port (a fault proxy)
+    /// reaches every broker through it, while [`KafkaCluster::bootstrap`] (the brokers among
+    /// themselves, the harness's own clients) stays direct. See
+    /// [`KafkaCluster::fronted_bootstrap`].
+    pub fn start_fronted(
+        version: KafkaVersion,
+        brokers: usize,
+        extra: &[(&str, &str)],
+        fronts: &[Front],
+    ) -> KafkaCluster {
+        assert_eq!(fronts.len(), brokers, "one front per node");
+        KafkaCluster::start_inner(version, brokers, extra, None, &[], fronts)
+    }
+
+    /// The advertised `FRONTED` addresses, comma-separated (a cluster started with
+    /// [`KafkaCluster::start_fronted`]).
+    pub fn fronted_bootstrap(&self) -> String {
+        assert!(
+            !self.fronts.is_empty(),
+            "a cluster started with start_fronted"
+        );
+        self.fronts
+            .iter()
+            .map(|f| format!("127.0.0.1:{}", f.advertise))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     fn start_inner(
@@ -217,6 +259,7 @@ impl KafkaCluster {
         extra: &[(&str, &str)],
         security: Option<&KafkaSecurity<'_>>,
         jvm: &[&str],
+        fronts: &[Front],
     ) -> KafkaCluster {
         assert!(brokers >= 1);
         let started = Instant::now();
@@ -225,12 +268,28 @@ impl KafkaCluster {
             .prefix(&format!("kafka-{}-", version.version()))
             .tempdir()
             .expect("a temporary directory");
+        // A port found free is not held: the next search may find it again, and the fronts'
+        // listeners were found the same way. Each port of the cluster is a different one.
+        let mut taken: Vec<u16> = fronts
+            .iter()
+            .flat_map(|f| [f.listen, f.advertise])
+            .collect();
+        let mut port = || loop {
+            let p = free_port();
+            if !taken.contains(&p) {
+                taken.push(p);
+                return p;
+            }
+        };
         let nodes: Vec<Node> = (1..=brokers as i32)
             .map(|id| Node {
                 id,
-                port: free_port(),
-                controller_port: free_port(),
-                secure_port: security.map(|_| free_port()),
+                port: port(),
+                controller_port: port(),
+                secure_port: security.map(|_| port()),
+                sasl_plaintext_port: security
+                    .filter(|s| matches!(s.listener, SecureListener::SaslSslScram { .. }))
+                    .map(|_| port()),
                 dir: dir.path().join(format!("node-{id}")),
                 child: None,
             })
@@ -295,7 +354,10 @@ impl KafkaCluster {
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
             if let (Some(security), Some(port)) = (security, node.secure_port) {
-                security.apply(&mut props, port);
+                security.apply(&mut props, port, node.sasl_plaintext_port);
+            }
+            if let Some(front) = fronts.get((node.id - 1) as usize) {
+                front.apply(&mut props);
             }
             for (k, v) in extra {
                 props.retain(|(key, _)| key != k);
@@ -343,9 +405,11 @@ impl KafkaCluster {
             {
                 // SCRAM credentials go into the metadata log at format time (KIP-900).
                 for (name, password) in *users {
-                    format
-                        .arg("--add-scram")
-                        .arg(format!("SCRAM-SHA-512=[name={name},password={password}]"));
+                    for mechanism in ["SCRAM-SHA-512", "SCRAM-SHA-256"] {
+                        format
+                            .arg("--add-scram")
+                            .arg(format!("{mechanism}=[name={name},password={password}]"));
+                    }
                 }
             }
             let out = format
@@ -367,6 +431,7 @@ impl KafkaCluster {
             dir: Some(dir),
             startup: Duration::ZERO,
             jvm: jvm.iter().map(|o| (*o).to_owned()).collect(),
+            fronts: fronts.to_vec(),
         };
         for i in 0..brokers {
             cluster.spawn(i);
@@ -467,6 +532,22 @@ impl KafkaCluster {
             .join(",")
     }
 
+    /// `host:port` of every broker's SASL_PLAINTEXT listener (PLAIN and SCRAM-SHA-256, the
+    /// same users), comma-separated (a cluster started with [`SecureListener::SaslSslScram`]).
+    pub fn sasl_plaintext_bootstrap(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| {
+                format!(
+                    "127.0.0.1:{}",
+                    n.sasl_plaintext_port
+                        .expect("a cluster started with SecureListener::SaslSslScram")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// Runs Kafka's `AclCommand` (kafka-acls) against this cluster's PLAINTEXT listener, whose
     /// principal (`User:ANONYMOUS`) is a super user of a [`KafkaSecurity`] cluster with an
     /// authorizer: e.g. `["--add", "--allow-principal", "User:mirror", "--operation", "Read",
@@ -513,6 +594,79 @@ impl KafkaCluster {
         let _ = child.wait();
     }
 
+    /// Stops node `node` (1-based) with SIGTERM, a controlled shutdown: the controller moves
+    /// the leadership of its partitions to other in-sync replicas before it exits. Waits for
+    /// the exit (SIGKILL after 60 s).
+    pub fn stop(&mut self, node: i32) {
+        let n = &mut self.nodes[(node - 1) as usize];
+        let mut child = n.child.take().expect("the node runs");
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -TERM of node {node} failed");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("kafka node {node} did not stop within 60 s of SIGTERM: SIGKILLed");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Starts every node that is not running (stopped or killed by a trial that then failed).
+    pub fn restart_stopped(&mut self) {
+        let stopped: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].child.is_none())
+            .collect();
+        for &i in &stopped {
+            self.spawn(i);
+        }
+        if !stopped.is_empty() {
+            self.wait_ready(Duration::from_secs(180));
+        }
+    }
+
+    /// The leader (node id) of `topic`/`partition` in a metadata answer, -1 when none.
+    pub fn leader(&self, topic: &str, partition: i32) -> i32 {
+        let md = self
+            .client()
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .expect("metadata");
+        md.topics()
+            .first()
+            .and_then(|t| t.partitions().iter().find(|p| p.id() == partition))
+            .map_or(-1, |p| p.leader())
+    }
+
+    /// Runs Kafka's `LeaderElectionCommand` (kafka-leader-election) with `--election-type
+    /// PREFERRED` over every partition: each partition's leadership goes back to its first
+    /// replica where that replica is in sync. Panics with its output when it fails (a
+    /// partition already led by its preferred replica is no failure).
+    pub fn elect_preferred_leaders(&self) -> String {
+        let mut cmd = java(&self.libs, &self.nodes[0].dir);
+        cmd.arg("org.apache.kafka.tools.LeaderElectionCommand")
+            .arg("--bootstrap-server")
+            .arg(self.bootstrap())
+            .args(["--election-type", "PREFERRED", "--all-topic-partitions"])
+            .stdin(Stdio::null());
+        let out = cmd.output().expect("running the JVM (java)");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() || text.contains("Valid replica already elected"),
+            "LeaderElectionCommand failed: {text}"
+        );
+        text
+    }
+
     /// Starts node `node` again with its properties and data; waits until it answers.
     pub fn restart(&mut self, node: i32) {
         self.spawn((node - 1) as usize);
@@ -540,6 +694,60 @@ impl KafkaCluster {
             r.unwrap_or_else(|(t, e)| panic!("creating {t}: {e}"));
         }
         self.wait_for_leaders(name, partitions);
+    }
+
+    /// Deletes `topic` (DeleteTopics) and waits until metadata no longer lists it.
+    pub fn delete_topic(&self, topic: &str) {
+        let results = block_on(admin(&self.bootstrap()).delete_topics(
+            &[topic],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        ))
+        .expect("DeleteTopics");
+        for r in results {
+            r.unwrap_or_else(|(t, e)| panic!("deleting {t}: {e}"));
+        }
+        let client = self.client();
+        super::wait_until(
+            Duration::from_secs(30),
+            &format!("{topic} gone from the metadata"),
+            || {
+                client
+                    .fetch_metadata(Some(topic), Duration::from_secs(2))
+                    .is_ok_and(|md| md.topics().first().is_none_or(|t| t.error().is_some()))
+            },
+        );
+    }
+
+    /// Deletes `topic` and creates it again with `partitions` partitions (a new topic id, its
+    /// offsets from 0): created once metadata no longer lists it (tried again while the
+    /// controller still finishes the deletion), then waits for its leaders.
+    pub fn recreate_topic(&self, topic: &str, partitions: i32) {
+        self.delete_topic(topic);
+        let admin = admin(&self.bootstrap());
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        super::wait_until(
+            Duration::from_secs(30),
+            &format!("topic {topic} created again"),
+            || {
+                let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+                block_on(admin.create_topics(&[new_topic], &options))
+                    .is_ok_and(|results| results.iter().all(Result::is_ok))
+            },
+        );
+        self.wait_for_leaders(topic, partitions);
+    }
+
+    /// Grows `topic` to `partitions` partitions (CreatePartitions) and waits for their leaders.
+    pub fn add_partitions(&self, topic: &str, partitions: i32) {
+        let grown = block_on(admin(&self.bootstrap()).create_partitions(
+            &[NewPartitions::new(topic, partitions as usize)],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        ))
+        .expect("CreatePartitions");
+        for r in grown {
+            r.unwrap_or_else(|(t, e)| panic!("adding partitions to {t}: {e}"));
+        }
+        self.wait_for_leaders(topic, partitions);
     }
 
     /// Waits until metadata shows `topic` with `partitions` partitions, each with a leader.
@@ -599,7 +807,7 @@ impl KafkaCluster {
             let mut pos = 0;
             // RecordBatch v2: baseOffset i64, batchLength i32, partitionLeaderEpoch i32,
             // magic i8, crc u32, attributes i16, lastOffsetDelta i32, ...
-            while pos + 23 <= bytes.len() {
+            while pos + 61 <= bytes.len() {
                 let base_offset = i64::from_be_bytes(bytes[pos..pos + 8].try_into().unwrap());
                 let length =
                     i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
@@ -609,9 +817,14 @@ impl KafkaCluster {
                 let attributes = u16::from_be_bytes(bytes[pos + 21..pos + 23].try_into().unwrap());
                 let last_delta =
                     i32::from_be_bytes(bytes[pos + 23..pos + 27].try_into().unwrap()) as i64;
+                // ... baseTimestamp i64, maxTimestamp i64, producerId i64, producerEpoch i16,
+                // baseSequence i32, recordCount i32 (at byte 57; the header is 61 bytes).
+                let records =
+                    i32::from_be_bytes(bytes[pos + 57..pos + 61].try_into().unwrap()) as i64;
                 out.push(StoredBatch {
                     base_offset,
                     last_offset: base_offset + last_delta,
+                    records,
                     size: 12 + length,
                     codec: ["none", "gzip", "snappy", "lz4", "zstd"]
                         .get((attributes & 7) as usize)
@@ -620,6 +833,9 @@ impl KafkaCluster {
                     log_append_time: attributes & 8 != 0,
                     transactional: attributes & 16 != 0,
                     control: attributes & 32 != 0,
+                    producer_id: bytes
+                        .get(pos + 43..pos + 51)
+                        .map_or(-1, |b| i64::from_be_bytes(b.try_into().unwrap())),
                 });
                 pos += 12 + length;
             }
@@ -647,12 +863,17 @@ impl KafkaCluster {
 pub struct StoredBatch {
     pub base_offset: i64,
     pub last_offset: i64,
+    /// The record count of its header: fewer than its offset range where the cleaner
+    /// removed records (gaps).
+    pub records: i64,
     /// Bytes on disk, the batch header included (what `max.message.bytes` limits).
     pub size: usize,
     pub codec: &'static str,
     pub log_append_time: bool,
     pub transactional: bool,
     pub control: bool,
+    /// -1 for a producer that is neither idempotent nor transactional.
+    pub producer_id: i64,
 }
 
 /// `java` (or `$JAVA`) with a small heap and start-up-friendly flags, Kafka's jars on the class
@@ -733,6 +954,23 @@ impl std::ops::DerefMut for KafkaPair {
     }
 }
 
+/// A source of one broker and a target of `target_brokers`, started side by side; the target
+/// has `auto.create.topics.enable=false` unless `broker_extra` says otherwise.
+fn start_pair(
+    version: KafkaVersion,
+    target_brokers: usize,
+    broker_extra: &[(&str, &str)],
+) -> (KafkaCluster, KafkaCluster) {
+    let mut target_extra = vec![("auto.create.topics.enable", "false")];
+    target_extra.retain(|(k, _)| !broker_extra.iter().any(|(e, _)| e == k));
+    target_extra.extend_from_slice(broker_extra);
+    std::thread::scope(|s| {
+        let target = s.spawn(|| KafkaCluster::start_with(version, target_brokers, &target_extra));
+        let source = KafkaCluster::start_with(version, 1, broker_extra);
+        (source, target.join().expect("starting the target cluster"))
+    })
+}
+
 impl KafkaPair {
     /// One broker each; the source topic created, the target topic left to the mirror.
     pub fn new(version: KafkaVersion, topic: &'static str, partitions: i32) -> KafkaPair {
@@ -752,15 +990,7 @@ impl KafkaPair {
     ) -> KafkaPair {
         // Topics the trials expect are made by the mirror (`--create.topics`) or the test;
         // `a_target_with_auto_create_gets_the_source_partitions` runs with Kafka's default.
-        let mut target_extra = vec![("auto.create.topics.enable", "false")];
-        target_extra.retain(|(k, _)| !broker_extra.iter().any(|(e, _)| e == k));
-        target_extra.extend_from_slice(broker_extra);
-        let (source, target) = std::thread::scope(|s| {
-            let target =
-                s.spawn(|| KafkaCluster::start_with(version, target_brokers, &target_extra));
-            let source = KafkaCluster::start_with(version, 1, broker_extra);
-            (source, target.join().expect("starting the target cluster"))
-        });
+        let (source, target) = start_pair(version, target_brokers, broker_extra);
         source.create_topic(topic, partitions, 1, source_topic_configs);
         // A node restarts on its own ports: the addresses stay valid.
         let endpoints = Endpoints {
@@ -768,6 +998,7 @@ impl KafkaPair {
             dst: target.bootstrap(),
             topic,
             partitions,
+            group: GROUP,
         };
         KafkaPair {
             source,
@@ -775,7 +1006,9 @@ impl KafkaPair {
             endpoints,
         }
     }
+}
 
+impl Endpoints {
     /// The source topic's end offsets (high watermarks), per partition.
     pub fn end_offsets(&self) -> Vec<i64> {
         end_offsets(&self.src(), self.topic, self.partitions)
@@ -785,7 +1018,8 @@ impl KafkaPair {
     /// returns them.
     pub fn wait_caught_up(&self, mirror: &mut Mirror) -> Vec<i64> {
         let end = self.end_offsets();
-        wait_committed(
+        wait_committed_by(
+            self.group,
             mirror,
             &self.src(),
             self.topic,
@@ -794,6 +1028,100 @@ impl KafkaPair {
         );
         end
     }
+}
+
+/// A source and a target cluster of one broker each, started once per test process by the
+/// first trial that asks and shared by the trials that can share clusters: each takes a topic
+/// and a group of its own ([`SharedPair::lane`]), so none sees another's records, commits or
+/// rebalances. A cluster start costs 7 to 14 s on a loaded runner; a trial file whose trials
+/// share one pair pays it once.
+///
+/// Statics are never dropped: the JVMs die with the test process (`PR_SET_PDEATHSIG`), and
+/// the next shared pair of any test process removes the folders of pairs whose process is
+/// gone (so a failed run's logs stay until then).
+pub struct SharedPair {
+    pub source: KafkaCluster,
+    pub target: KafkaCluster,
+}
+
+/// Marks a shared pair's cluster folder with the pid of the test process that owns it.
+const SHARED_BY: &str = "shared-by-pid";
+
+impl SharedPair {
+    /// This process's shared pair of `version` (started on the first call).
+    pub fn get(version: KafkaVersion) -> &'static SharedPair {
+        static KAFKA_3: OnceLock<SharedPair> = OnceLock::new();
+        static KAFKA_4: OnceLock<SharedPair> = OnceLock::new();
+        let cell = match version {
+            KafkaVersion::V3_9 => &KAFKA_3,
+            KafkaVersion::V4 => &KAFKA_4,
+        };
+        cell.get_or_init(|| {
+            let (source, target) = start_pair(version, 1, &[]);
+            for cluster in [&source, &target] {
+                mark_shared(cluster);
+            }
+            SharedPair { source, target }
+        })
+    }
+
+    /// `topic` made on the source with `partitions` partitions (the target topic left to the
+    /// mirror), for a mirror in the group of the same name.
+    pub fn lane(&self, topic: &'static str, partitions: i32) -> Endpoints {
+        self.source.create_topic(topic, partitions, 1, &[]);
+        Endpoints {
+            src: self.source.bootstrap(),
+            dst: self.target.bootstrap(),
+            topic,
+            partitions,
+            group: topic,
+        }
+    }
+}
+
+/// Marks a cluster that lives as long as this test process (a shared pair's) with its pid, so
+/// that a later process removes its folder once this one is gone; removes the folders of
+/// shared clusters whose process is gone.
+pub(crate) fn mark_shared(cluster: &KafkaCluster) {
+    remove_folders_of_gone_shared_pairs();
+    let mark = cluster.dir().join(SHARED_BY);
+    std::fs::write(&mark, std::process::id().to_string())
+        .unwrap_or_else(|e| panic!("writing {}: {e}", mark.display()));
+}
+
+/// Removes the cluster folders of shared pairs whose test process is gone.
+fn remove_folders_of_gone_shared_pairs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let is_kafka = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("kafka-"));
+        let owner = std::fs::read_to_string(dir.join(SHARED_BY))
+            .ok()
+            .and_then(|pid| pid.trim().parse::<u32>().ok());
+        if let (true, Some(pid)) = (is_kafka, owner) {
+            if process_gone(pid) {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+    }
+}
+
+/// The high watermark of partition 0 of `topic`, 0 while the topic is not there (a topic the
+/// mirror makes on the target once it copies it, as the heartbeats topic).
+pub fn end_offset_or_zero(bootstrap: &str, topic: &str) -> i64 {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("log_level", "3")
+        .create()
+        .expect("a consumer");
+    consumer
+        .fetch_watermarks(topic, 0, Duration::from_secs(10))
+        .map_or(0, |(_, high)| high)
 }
 
 /// The end offsets (high watermarks) of partitions `0..partitions` of `topic`.
@@ -962,7 +1290,9 @@ impl TestPki {
 
 /// How a secured listener authenticates clients.
 pub enum SecureListener<'a> {
-    /// SASL_SSL with SCRAM-SHA-512; these `(name, password)` users are created at format time.
+    /// SASL_SSL with SCRAM-SHA-512; these `(name, password)` users are created at format time
+    /// (for SCRAM-SHA-256 too). A second listener, SASL_PLAINTEXT with PLAIN and SCRAM-SHA-256
+    /// for the same users, is at [`KafkaCluster::sasl_plaintext_bootstrap`].
     SaslSslScram { users: &'a [(&'a str, &'a str)] },
     /// SSL with `ssl.client.auth=required` (mutual TLS): the principal is the client
     /// certificate's CN.
@@ -982,7 +1312,7 @@ pub struct KafkaSecurity<'a> {
 }
 
 impl KafkaSecurity<'_> {
-    fn apply(&self, props: &mut Vec<(String, String)>, port: u16) {
+    fn apply(&self, props: &mut Vec<(String, String)>, port: u16, sasl_plaintext: Option<u16>) {
         let get = |k: &str| {
             props
                 .iter()
@@ -1001,32 +1331,56 @@ impl KafkaSecurity<'_> {
             SecureListener::SaslSslScram { .. } => "SASL_SSL",
             SecureListener::MutualTls => "SSL",
         };
-        set(
-            "listeners",
+        let (mut listeners, mut advertised, mut map) = (
             format!("{listeners},SECURE://127.0.0.1:{port}"),
-        );
-        set(
-            "advertised.listeners",
             format!("{advertised},SECURE://127.0.0.1:{port}"),
-        );
-        set(
-            "listener.security.protocol.map",
             format!("{map},SECURE:{protocol}"),
         );
+        if let Some(p) = sasl_plaintext {
+            listeners.push_str(&format!(",SASLPLAIN://127.0.0.1:{p}"));
+            advertised.push_str(&format!(",SASLPLAIN://127.0.0.1:{p}"));
+            map.push_str(",SASLPLAIN:SASL_PLAINTEXT");
+        }
+        set("listeners", listeners);
+        set("advertised.listeners", advertised);
+        set("listener.security.protocol.map", map);
         set("ssl.keystore.type", "PEM".into());
         set("ssl.keystore.location", self.pki.broker_keystore());
         set("ssl.truststore.type", "PEM".into());
         set("ssl.truststore.location", self.pki.ca());
         match self.listener {
-            SecureListener::SaslSslScram { .. } => {
+            SecureListener::SaslSslScram { users } => {
+                let scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;";
                 set(
                     "listener.name.secure.sasl.enabled.mechanisms",
                     "SCRAM-SHA-512".into(),
                 );
                 set(
                     "listener.name.secure.scram-sha-512.sasl.jaas.config",
-                    "org.apache.kafka.common.security.scram.ScramLoginModule required;".into(),
+                    scram.into(),
                 );
+                if sasl_plaintext.is_some() {
+                    set(
+                        "listener.name.saslplain.sasl.enabled.mechanisms",
+                        "PLAIN,SCRAM-SHA-256".into(),
+                    );
+                    set(
+                        "listener.name.saslplain.scram-sha-256.sasl.jaas.config",
+                        scram.into(),
+                    );
+                    // PLAIN's users are its login module's `user_NAME="PASSWORD"` options.
+                    let plain_users: String = users
+                        .iter()
+                        .map(|(name, password)| format!(" user_{name}=\"{password}\""))
+                        .collect();
+                    set(
+                        "listener.name.saslplain.plain.sasl.jaas.config",
+                        format!(
+                            "org.apache.kafka.common.security.plain.PlainLoginModule \
+                             required{plain_users};"
+                        ),
+                    );
+                }
             }
             SecureListener::MutualTls => {
                 set("listener.name.secure.ssl.client.auth", "required".into());
@@ -1043,6 +1397,21 @@ impl KafkaSecurity<'_> {
                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer".into(),
             );
             set("super.users", "User:ANONYMOUS".into());
+        }
+    }
+}
+
+impl Front {
+    fn apply(&self, props: &mut [(String, String)]) {
+        for (key, value) in props.iter_mut() {
+            match key.as_str() {
+                "listeners" => value.push_str(&format!(",FRONTED://127.0.0.1:{}", self.listen)),
+                "advertised.listeners" => {
+                    value.push_str(&format!(",FRONTED://127.0.0.1:{}", self.advertise))
+                }
+                "listener.security.protocol.map" => value.push_str(",FRONTED:PLAINTEXT"),
+                _ => {}
+            }
         }
     }
 }

@@ -3,8 +3,11 @@
 //! process, and what tests read back (committed offsets, records). A crate of its own, so
 //! that each test file uses what it needs and nothing is compiled as dead code.
 
+pub mod dropin;
 pub mod failover;
+pub mod faults;
 pub mod kafka;
+pub mod podman;
 
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
@@ -22,7 +25,7 @@ pub use mirror_maker::tools::demo::{compare_topic, sample, write_samples};
 
 pub const GROUP: &str = "mirror-test";
 
-/// Client settings that make group changes quick on test clusters (see tests/README.md).
+/// Client settings that make group changes quick on test clusters (see docs/testing.md).
 pub const FAST_GROUP: &[(&str, &str)] = &[
     ("session.timeout.ms", "6000"),
     ("max.poll.interval.ms", "10000"),
@@ -41,8 +44,27 @@ pub fn write_config(dir: &Path, name: &str, bootstrap: &str, extra: &[(&str, &st
         text.push_str(&format!("{k} = \"{v}\"\n"));
     }
     let path = dir.join(name);
-    std::fs::write(&path, text).expect("writing a config file");
+    write_private(&path, text);
     path
+}
+
+/// Writes a file only its owner may read or write (mode 0600, whatever the umask), as a
+/// config file must be: the mirror refuses a config file its group or others may write, and
+/// warns about one holding a secret that they may read.
+pub fn write_private(path: &Path, contents: impl AsRef<[u8]>) {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    // An existing file keeps its mode through `open`: set it.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| file.write_all(contents.as_ref()))
+        .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }
 
 /// Consumer and producer configs for a mirror from `source` to `target` in group [`GROUP`].
@@ -117,40 +139,257 @@ pub fn wrapped_binary(env: &[(&str, &str)]) -> Command {
     cmd
 }
 
+/// The copy engine a mirror under test runs (`--copy.mode`): a trial's body takes it, so
+/// that one body proves its guarantee for both engines (a `..._with_batches` twin).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyMode {
+    /// librdkafka's consumer and producer, record by record.
+    Records,
+    /// The batch engine: the source's record batches forwarded as they are.
+    Batches,
+}
+
+impl CopyMode {
+    /// The value of `--copy.mode`.
+    pub fn flag(self) -> &'static str {
+        match self {
+            CopyMode::Records => "records",
+            CopyMode::Batches => "batches",
+        }
+    }
+
+    /// A name for the trial's topic, group or TRIAL line: `base`, or `base-batches`.
+    pub fn named(self, base: &'static str) -> &'static str {
+        match self {
+            CopyMode::Records => base,
+            CopyMode::Batches => Box::leak(format!("{base}-batches").into_boxed_str()),
+        }
+    }
+}
+
+/// Where a mirror under test gets its client configs.
+#[derive(Clone)]
+enum Configs<'a> {
+    /// Written for these clusters: the test defaults ([`mirror_configs`]) and the test's settings.
+    Defaults(&'a Endpoints),
+    /// Written for these clusters with only the test's settings (`group.id` is the endpoints'
+    /// group unless given).
+    Exact(&'a Endpoints),
+    /// These files, as they are.
+    Files(PathBuf, PathBuf),
+}
+
+/// A mirror under test, described before it starts: [`Endpoints::mirror`] (config files
+/// written for a pair of clusters) or [`Mirror::with_configs`] (config files the test wrote).
+/// Flags are passed in the order the methods are called; [`MirrorBuilder::start`] may be
+/// called again for another process with the same settings.
+#[derive(Clone)]
+#[must_use = "a mirror starts only with .start()"]
+pub struct MirrorBuilder<'a> {
+    configs: Configs<'a>,
+    consumer: Vec<(String, String)>,
+    producer: Vec<(String, String)>,
+    whitelist: Option<String>,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+fn owned_pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn borrowed_pairs(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+impl<'a> MirrorBuilder<'a> {
+    fn new(configs: Configs<'a>) -> Self {
+        MirrorBuilder {
+            configs,
+            consumer: Vec::new(),
+            producer: Vec::new(),
+            whitelist: None,
+            args: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+
+    /// Consumer settings, added to the test defaults (they override a default of the same
+    /// key).
+    pub fn consumer(mut self, settings: &[(&str, &str)]) -> Self {
+        self.consumer.extend(owned_pairs(settings));
+        self
+    }
+
+    /// Producer settings.
+    pub fn producer(mut self, settings: &[(&str, &str)]) -> Self {
+        self.producer.extend(owned_pairs(settings));
+        self
+    }
+
+    /// Exactly the given client settings, without the test defaults of [`mirror_configs`]
+    /// (`group.id` is the endpoints' group unless given).
+    pub fn exact_configs(mut self) -> Self {
+        if let Configs::Defaults(endpoints) = self.configs {
+            self.configs = Configs::Exact(endpoints);
+        }
+        self
+    }
+
+    /// `--whitelist` (default with [`Endpoints::mirror`]: the pair's topic).
+    pub fn whitelist(mut self, whitelist: &str) -> Self {
+        self.whitelist = Some(whitelist.to_owned());
+        self
+    }
+
+    /// More command-line arguments, as given.
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.args.extend(args.iter().map(|a| (*a).to_owned()));
+        self
+    }
+
+    /// One flag and its value.
+    pub fn flag(mut self, name: &str, value: &str) -> Self {
+        self.args.push(name.to_owned());
+        self.args.push(value.to_owned());
+        self
+    }
+
+    /// `--copy.mode` (given explicitly, so that a trial of the record engine stays one if
+    /// the default changes).
+    pub fn copy_mode(self, mode: CopyMode) -> Self {
+        self.flag("--copy.mode", mode.flag())
+    }
+
+    /// `--num.streams`.
+    pub fn streams(self, streams: u32) -> Self {
+        self.flag("--num.streams", &streams.to_string())
+    }
+
+    /// `--offset.commit.interval.ms`.
+    pub fn commit_ms(self, ms: u64) -> Self {
+        self.flag("--offset.commit.interval.ms", &ms.to_string())
+    }
+
+    /// `--metrics.addr`.
+    pub fn metrics_addr(self, addr: &str) -> Self {
+        self.flag("--metrics.addr", addr)
+    }
+
+    /// `--startup.timeout.ms`.
+    pub fn startup_ms(self, ms: u64) -> Self {
+        self.flag("--startup.timeout.ms", &ms.to_string())
+    }
+
+    /// `--shutdown.timeout.ms`.
+    pub fn shutdown_ms(self, ms: u64) -> Self {
+        self.flag("--shutdown.timeout.ms", &ms.to_string())
+    }
+
+    /// `--create.topics true`.
+    pub fn create_topics(self) -> Self {
+        self.flag("--create.topics", "true")
+    }
+
+    /// `--target.topic`.
+    pub fn target_topic(self, pattern: &str) -> Self {
+        self.flag("--target.topic", pattern)
+    }
+
+    /// `--topic.refresh.interval.ms`.
+    pub fn topic_refresh_ms(self, ms: u64) -> Self {
+        self.flag("--topic.refresh.interval.ms", &ms.to_string())
+    }
+
+    /// `--message.handler lib --message.handler.args args`.
+    pub fn handler(self, lib: &Path, args: &str) -> Self {
+        let lib = lib.to_str().expect("a UTF-8 plugin path");
+        self.flag("--message.handler", lib)
+            .flag("--message.handler.args", args)
+    }
+
+    /// `--exactly.once true --instance.id instance`.
+    pub fn exactly_once(self, instance: &str) -> Self {
+        self.flag("--exactly.once", "true")
+            .flag("--instance.id", instance)
+    }
+
+    /// Environment variables of the process (`MIRROR_WRAPPER` among them runs it through a
+    /// wrapper: [`wrapped_binary`]).
+    pub fn env(mut self, vars: &[(&str, &str)]) -> Self {
+        self.env.extend(owned_pairs(vars));
+        self
+    }
+
+    /// `RUST_LOG` (default: `$MIRROR_LOG`, else `info`).
+    pub fn log(self, rust_log: &str) -> Self {
+        self.env(&[("RUST_LOG", rust_log)])
+    }
+
+    /// Writes the config files (unless given) and starts the process.
+    pub fn start(&self) -> Mirror {
+        let mut consumer = borrowed_pairs(&self.consumer);
+        let producer = borrowed_pairs(&self.producer);
+        if let Configs::Defaults(e) | Configs::Exact(e) = &self.configs {
+            if !consumer.iter().any(|(k, _)| *k == "group.id") {
+                consumer.insert(0, ("group.id", e.group));
+            }
+        }
+        let (dir, c, p, topic) = match &self.configs {
+            Configs::Files(c, p) => {
+                assert!(
+                    consumer.is_empty() && producer.is_empty(),
+                    "client settings go into the config files a test writes itself"
+                );
+                (None, c.clone(), p.clone(), None)
+            }
+            Configs::Defaults(e) => {
+                let dir = tempdir();
+                let (c, p) = mirror_configs(dir.path(), &e.src, &e.dst, &consumer, &producer);
+                (Some(dir), c, p, Some(e.topic))
+            }
+            Configs::Exact(e) => {
+                let dir = tempdir();
+                let c = write_config(dir.path(), "consumer.toml", &e.src, &consumer);
+                let p = write_config(dir.path(), "producer.toml", &e.dst, &producer);
+                (Some(dir), c, p, Some(e.topic))
+            }
+        };
+        let whitelist = self
+            .whitelist
+            .as_deref()
+            .or(topic)
+            .expect("Mirror::with_configs(..) needs .whitelist(..)");
+        let env = borrowed_pairs(&self.env);
+        let mut mirror = Mirror::spawn(&c, &p, whitelist, &self.args, &env);
+        mirror._configs = dir;
+        mirror
+    }
+}
+
 impl Mirror {
-    pub fn start(consumer: &Path, producer: &Path, whitelist: &str, extra: &[&str]) -> Mirror {
-        let log = std::env::var("MIRROR_LOG").unwrap_or_else(|_| "info".into());
-        Mirror::start_logged(consumer, producer, whitelist, extra, &log)
+    /// A mirror with these config files (written by the test): see [`MirrorBuilder`]; its
+    /// `--whitelist` must be given.
+    pub fn with_configs(consumer: &Path, producer: &Path) -> MirrorBuilder<'static> {
+        MirrorBuilder::new(Configs::Files(consumer.to_owned(), producer.to_owned()))
     }
 
-    /// Like [`Mirror::start`] with `RUST_LOG` set to `rust_log`.
-    pub fn start_logged(
+    fn spawn(
         consumer: &Path,
         producer: &Path,
         whitelist: &str,
-        extra: &[&str],
-        rust_log: &str,
-    ) -> Mirror {
-        Mirror::start_with_env(
-            consumer,
-            producer,
-            whitelist,
-            extra,
-            &[("RUST_LOG", rust_log)],
-        )
-    }
-
-    /// Like [`Mirror::start`] with these environment variables set (`RUST_LOG` defaults to
-    /// `info`).
-    pub fn start_with_env(
-        consumer: &Path,
-        producer: &Path,
-        whitelist: &str,
-        extra: &[&str],
+        args: &[String],
         env: &[(&str, &str)],
     ) -> Mirror {
         let dir = tempdir();
         let log = dir.path().join("stderr.log");
+        let rust_log = std::env::var("MIRROR_LOG").unwrap_or_else(|_| "info".into());
         let mut cmd = wrapped_binary(env);
         cmd.arg("--consumer.config")
             .arg(consumer)
@@ -158,8 +397,8 @@ impl Mirror {
             .arg(producer)
             .arg("--whitelist")
             .arg(whitelist)
-            .args(extra)
-            .env("RUST_LOG", "info")
+            .args(args)
+            .env("RUST_LOG", rust_log)
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"));
@@ -220,6 +459,32 @@ impl Mirror {
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// Waits up to 60 s until `cond` holds; fails with the log if the mirror exits first or
+    /// the time passes.
+    pub fn wait_for(&mut self, what: &str, mut cond: impl FnMut(&Mirror) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !cond(self) {
+            assert!(
+                self.is_running(),
+                "the mirror exited while waiting for {what}; log:\n{}",
+                self.log()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "timed out after 60 s waiting for {what}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits up to 60 s for `needle` in the log (see [`Mirror::wait_for`]).
+    pub fn wait_for_log(&mut self, needle: &str, what: &str) {
+        self.wait_for(&format!("{what} ({needle:?} in the log)"), |m| {
+            m.log().contains(needle)
+        });
+    }
 }
 
 impl Drop for Mirror {
@@ -266,6 +531,19 @@ pub fn committed_total(bootstrap: &str, topic: &str, partitions: i32) -> i64 {
         .sum()
 }
 
+/// A small deterministic generator (xorshift), so kill moments are "random" but repeatable.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
 /// Polls `cond` every 100 ms until it holds or `timeout` passes.
 pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
@@ -286,9 +564,24 @@ pub fn wait_committed(
     partitions: i32,
     expected: i64,
 ) {
+    wait_committed_by(GROUP, mirror, bootstrap, topic, partitions, expected);
+}
+
+/// Waits until `group` has committed `expected` offsets in all, or the mirror dies.
+pub fn wait_committed_by(
+    group: &str,
+    mirror: &mut Mirror,
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    expected: i64,
+) {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let got = committed_total(bootstrap, topic, partitions);
+        let got: i64 = committed_by(group, bootstrap, topic, partitions)
+            .iter()
+            .map(|o| o.max(&0))
+            .sum();
         if got >= expected {
             return;
         }
@@ -364,6 +657,24 @@ pub fn topic_configs(bootstrap: &str, topic: &str) -> Vec<(String, String)> {
         .collect();
     out.sort();
     out
+}
+
+/// Sets these configs of `topic` with IncrementalAlterConfigs (the topic's other configs stay
+/// as they are), as an operator's `kafka-configs --alter --add-config` does.
+pub fn set_topic_configs(bootstrap: &str, topic: &str, configs: &[(&str, &str)]) {
+    let configs = configs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let answers = mirror_maker::native::admin::set_topic_configs(
+        admin(bootstrap).inner(),
+        &[(topic.to_owned(), configs)],
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|e| panic!("IncrementalAlterConfigs of {topic}: {e}"));
+    for (t, error) in answers {
+        assert!(error.is_none(), "setting configs of {t}: {error:?}");
+    }
 }
 
 /// A tansu broker (an independent Kafka implementation) on a free loopback port.
@@ -488,6 +799,102 @@ pub fn records(
         .unwrap_or_else(|e| panic!("reading {topic}/{partition} on {bootstrap}: {e}"))
 }
 
+/// One header as bytes: a name (Kafka does not require UTF-8) and a value (`None`: null).
+pub type RawHeader = (Vec<u8>, Option<Vec<u8>>);
+
+/// The producer context of [`write_with_raw_headers`]: delivery reports carry an integer.
+struct RawProducerContext;
+
+impl rdkafka::ClientContext for RawProducerContext {}
+
+impl rdkafka::producer::ProducerContext for RawProducerContext {
+    type DeliveryOpaque = usize;
+    fn delivery(&self, result: &rdkafka::producer::DeliveryResult<'_>, _: usize) {
+        if let Err((e, _)) = result {
+            panic!("writing a record with raw headers: {e}");
+        }
+    }
+}
+
+/// Writes `count` records (key `k{i}`, value `v{i}`) to `topic`/`partition`, each with
+/// `headers`, through the mirror's own native producer call: rust-rdkafka's `OwnedHeaders`
+/// takes names as `&str` only, so it cannot write a name that is not UTF-8.
+pub fn write_with_raw_headers(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    count: usize,
+    headers: &[RawHeader],
+) {
+    use mirror_maker::native::produce::{produce, Outgoing, RawHeaders};
+    use rdkafka::producer::{BaseProducer, Producer};
+    let producer: BaseProducer<RawProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create_with_context(RawProducerContext)
+        .expect("a producer");
+    let name = std::ffi::CString::new(topic).expect("a topic name without NUL");
+    for i in 0..count {
+        let (key, value) = (format!("k{i}"), format!("v{i}"));
+        let mut raw = RawHeaders::none();
+        for (k, v) in headers {
+            raw.add(k, v.as_deref());
+        }
+        let mut out = Outgoing {
+            partition: Some(partition),
+            key: Some(key.as_bytes()),
+            value: Some(value.as_bytes()),
+            timestamp: None,
+            headers: raw,
+            opaque: i,
+        };
+        produce(&producer, &name, &mut out).expect("queueing a record with raw headers");
+        producer.poll(Duration::ZERO);
+    }
+    producer
+        .flush(Duration::from_secs(10))
+        .expect("flushing the records with raw headers");
+}
+
+/// The headers (names as bytes) of the first `count` records of `topic`/`partition`, read
+/// with the mirror's native record view (rust-rdkafka's `Headers` panics on a name that is
+/// not UTF-8).
+pub fn raw_headers(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    count: usize,
+) -> Vec<Vec<RawHeader>> {
+    use mirror_maker::native::queue::{Polled, Source};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "mirror-test-raw-header-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("a consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Beginning)
+        .expect("a partition list");
+    consumer.assign(&tpl).expect("assigning the partition");
+    let source = Source::new(consumer).expect("a consumer queue");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut out = Vec::new();
+    while out.len() < count {
+        assert!(
+            Instant::now() < deadline,
+            "{topic}/{partition} on {bootstrap}: {} of {count} records within 30 s",
+            out.len()
+        );
+        if let Polled::Record(r) = source.poll(Duration::from_millis(200)) {
+            out.push(
+                r.headers()
+                    .map(|h| (h.key.to_vec(), h.value.map(<[u8]>::to_vec)))
+                    .collect(),
+            );
+        }
+    }
+    out
+}
+
 /// The two clusters of a test and the topic between them: what every pair of clusters (mock or
 /// Kafka) offers, whichever brokers serve it.
 pub struct Endpoints {
@@ -495,6 +902,9 @@ pub struct Endpoints {
     pub dst: String,
     pub topic: &'static str,
     pub partitions: i32,
+    /// The mirror's consumer group: [`GROUP`], or a group of its own where trials share
+    /// clusters (`kafka::SharedPair::lane`).
+    pub group: &'static str,
 }
 
 impl Endpoints {
@@ -528,7 +938,7 @@ impl Endpoints {
     }
 
     pub fn committed(&self) -> Vec<i64> {
-        committed(&self.src, self.topic, self.partitions)
+        committed_by(self.group, &self.src, self.topic, self.partitions)
     }
 
     pub fn source_records(&self, partition: i32) -> Vec<mirror_maker::tools::compare::OwnedRecord> {
@@ -543,74 +953,66 @@ impl Endpoints {
         records(&self.dst, topic, partition)
     }
 
-    /// Starts a mirror of the source topic with these client settings (added to the test
-    /// defaults: [`mirror_configs`]) and flags.
-    pub fn start(
+    /// Waits (up to 90 s) until each partition `p` of the target topic holds `old[p]` first
+    /// and ends with `new[p]`, in order: a source topic created again (`new`, its records
+    /// from offset 0) copied from its beginning after the old topic (`old`). Records between
+    /// them are new-topic records copied twice (from the old position on, before the new
+    /// topic was noticed); returns how many.
+    pub fn wait_copied_after(
         &self,
-        consumer_extra: &[(&str, &str)],
-        producer_extra: &[(&str, &str)],
-        args: &[&str],
-    ) -> Mirror {
-        let log = std::env::var("MIRROR_LOG").unwrap_or_else(|_| "info".into());
-        self.start_logged(consumer_extra, producer_extra, args, &log)
-    }
-
-    /// Like [`Endpoints::start`] with `RUST_LOG` set to `rust_log`.
-    pub fn start_logged(
-        &self,
-        consumer_extra: &[(&str, &str)],
-        producer_extra: &[(&str, &str)],
-        args: &[&str],
-        rust_log: &str,
-    ) -> Mirror {
-        self.start_with_env(
-            consumer_extra,
-            producer_extra,
-            args,
-            &[("RUST_LOG", rust_log)],
-        )
-    }
-
-    /// Like [`Endpoints::start`] with these environment variables set (`RUST_LOG` defaults to
-    /// `info`).
-    pub fn start_with_env(
-        &self,
-        consumer_extra: &[(&str, &str)],
-        producer_extra: &[(&str, &str)],
-        args: &[&str],
-        env: &[(&str, &str)],
-    ) -> Mirror {
-        let dir = tempdir();
-        let (c, p) = mirror_configs(
-            dir.path(),
-            &self.src,
-            &self.dst,
-            consumer_extra,
-            producer_extra,
-        );
-        let mut mirror = Mirror::start_with_env(&c, &p, self.topic, args, env);
-        mirror._configs = Some(dir);
-        mirror
-    }
-
-    /// Starts a mirror with exactly these client configs (no test defaults added; `group.id`
-    /// is [`GROUP`] unless given).
-    pub fn start_exact(
-        &self,
-        consumer: &[(&str, &str)],
-        producer: &[(&str, &str)],
-        args: &[&str],
-    ) -> Mirror {
-        let dir = tempdir();
-        let mut consumer = consumer.to_vec();
-        if !consumer.iter().any(|(k, _)| *k == "group.id") {
-            consumer.push(("group.id", GROUP));
+        mirror: &Mirror,
+        old: &[Vec<mirror_maker::tools::compare::OwnedRecord>],
+        new: &[Vec<mirror_maker::tools::compare::OwnedRecord>],
+    ) -> usize {
+        let copied_after = |p: usize| {
+            let t = self.target_records(self.topic, p as i32);
+            (t.len() >= old[p].len() + new[p].len()
+                && t[..old[p].len()] == old[p][..]
+                && t[t.len() - new[p].len()..] == new[p][..])
+                .then(|| t.len() - old[p].len() - new[p].len())
+        };
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let each: Option<Vec<usize>> = (0..old.len()).map(copied_after).collect();
+            if let Some(each) = each {
+                return each.iter().sum();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after 90 s waiting for the new topic copied from offset 0 after the \
+                 old one; log:\n{}",
+                mirror.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
         }
-        let c = write_config(dir.path(), "consumer.toml", &self.src, &consumer);
-        let p = write_config(dir.path(), "producer.toml", &self.dst, producer);
-        let mut mirror = Mirror::start(&c, &p, self.topic, args);
-        mirror._configs = Some(dir);
-        mirror
+    }
+
+    /// A mirror of the source topic, its config files written with the test defaults
+    /// ([`mirror_configs`]): see [`MirrorBuilder`].
+    pub fn mirror(&self) -> MirrorBuilder<'_> {
+        MirrorBuilder::new(Configs::Defaults(self))
+    }
+
+    /// Runs `mirror-maker check` of the source topic with the test's client configs
+    /// ([`mirror_configs`]) and `flags`; returns its stdout and stderr together.
+    pub fn check(&self, flags: &[&str]) -> String {
+        let dir = tempdir();
+        let (c, p) = mirror_configs(dir.path(), &self.src, &self.dst, &[], &[]);
+        let out = binary()
+            .arg("check")
+            .arg("--consumer.config")
+            .arg(&c)
+            .arg("--producer.config")
+            .arg(&p)
+            .args(["--whitelist", self.topic])
+            .args(flags)
+            .output()
+            .expect("running check");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
     }
 
     /// Runs `mirror-maker verify` over the source topic with the test's client configs and
@@ -638,10 +1040,9 @@ impl Endpoints {
     /// Runs a mirror with `args` until `expected` source offsets are committed, stops it
     /// cleanly, and returns its log.
     pub fn mirror_until_committed(&self, args: &[&str], expected: i64) -> String {
-        let mut all = vec!["--offset.commit.interval.ms", "300"];
-        all.extend_from_slice(args);
-        let mut mirror = self.start(&[], &[], &all);
-        wait_committed(
+        let mut mirror = self.mirror().commit_ms(300).args(args).start();
+        wait_committed_by(
+            self.group,
             &mut mirror,
             &self.src,
             self.topic,
@@ -690,6 +1091,7 @@ impl MockPair {
             dst: target.bootstrap_servers(),
             topic,
             partitions,
+            group: GROUP,
         };
         MockPair {
             source,
@@ -787,6 +1189,66 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// Sends `request` (raw bytes: request line, headers, blank line) to `addr` and reads the
+/// response until the server closes it, connecting and reading within `limit` each: the
+/// status code and the body (status 0 if nothing answered in time).
+pub fn http_exchange(addr: &str, request: &str, limit: Duration) -> (u16, String) {
+    use std::io::Write;
+    let Some(Ok(mut stream)) = std::net::ToSocketAddrs::to_socket_addrs(addr)
+        .ok()
+        .and_then(|mut a| a.next())
+        .map(|a| TcpStream::connect_timeout(&a, limit))
+    else {
+        return (0, String::new());
+    };
+    let _ = stream.set_read_timeout(Some(limit));
+    if stream.write_all(request.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response);
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// A field of `/proc/PID/status` in KiB, e.g. `VmRSS` (resident now) or `VmHWM` (the peak).
+pub fn process_memory_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("cannot read /proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status:\n{status}"))
+}
+
+/// Sets the process's peak resident size (`VmHWM`) back to its current one, so that a later
+/// `VmHWM` tells the peak since now; false where the kernel refuses it.
+pub fn reset_peak_memory(pid: u32) -> bool {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
+}
+
+/// The mirror's `/metrics` at `addr` (a failing request fails the test).
+pub fn scrape(addr: &str) -> String {
+    let (status, body) = http_get(addr, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// The largest replication delay the mirror at `addr` serves, in seconds (NaN if none).
+pub fn max_delay(addr: &str) -> f64 {
+    metric(&scrape(addr), "mirror_replication_delay_max_seconds", "").unwrap_or(f64::NAN)
+}
+
 /// The value of the sample `name{labels}` in a Prometheus text exposition, if present.
 /// `labels` is the exact label text, e.g. `topic="orders",partition="0"`, or empty.
 pub fn metric(exposition: &str, name: &str, labels: &str) -> Option<f64> {
@@ -810,7 +1272,8 @@ pub fn stored_mapping(target_bootstrap: &str) -> mirror_maker::mirror::mapping::
         [("bootstrap.servers", target_bootstrap)],
     );
     let topic = mirror_maker::settings::defaults::offset_mapping_topic(None);
-    mirror_maker::mirror::store::load(&props, &topic, Duration::from_secs(60))
+    let trust = mirror_maker::mirror::mapping::Trust::default();
+    mirror_maker::mirror::mapping::store::load(&props, &topic, trust, Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("reading the offset mapping on {target_bootstrap}: {e}"))
 }
 
@@ -884,5 +1347,27 @@ pub fn delete_records(bootstrap: &str, topic: &str, offsets: &[i64]) {
         if let Err(err) = e.error() {
             panic!("deleting records of {topic}/{}: {err}", e.partition());
         }
+    }
+}
+
+/// Runs an expensive scenario (clusters, a long load) once per test process and returns its
+/// outcome, for several tests that each assert one guarantee on it. A scenario that panics
+/// fails every test that asks for it, with its message, and is not run again.
+pub fn scenario_once<T: Send + Sync>(
+    cell: &'static std::sync::OnceLock<Result<T, String>>,
+    scenario: impl FnOnce() -> T,
+) -> &'static T {
+    let outcome = cell.get_or_init(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(scenario)).map_err(|panic| {
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "a panic without a message".to_owned())
+        })
+    });
+    match outcome {
+        Ok(outcome) => outcome,
+        Err(message) => panic!("the shared scenario failed: {message}"),
     }
 }

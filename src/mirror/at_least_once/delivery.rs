@@ -1,0 +1,411 @@
+//! The target side's delivery reports: they feed the offset tracker.
+//!
+//! Each produced record carries its [`Ticket`] as the delivery opaque (a `usize`, no
+//! allocation). An acknowledgement advances the tracker; a failure is either fatal
+//! (`--abort.on.send.failure true`: the commit point stays below the record and the mirror
+//! stops) or counted as dropped.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock, Weak};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, DeliveryResult, Message};
+use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
+
+use crate::mirror::clients::{self, Cluster};
+use crate::mirror::flush::purged;
+use crate::mirror::limits::TargetLimits;
+use crate::mirror::offsets::{Outcome, Ticket};
+use crate::mirror::state::{MissingTarget, Stats, StreamShared};
+use crate::mirror::timestamps;
+
+pub(crate) type MirrorProducer = BaseProducer<DeliveryContext>;
+
+/// A record produced from `ticket` will never reach the target.
+pub(super) fn send_failed(
+    shared: &StreamShared,
+    ticket: Ticket,
+    target_topic: &str,
+    target_partition: Option<i32>,
+    error: &KafkaError,
+) {
+    if matches!(
+        error.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownTopicOrPartition)
+    ) && target_missing(shared, ticket, target_topic)
+    {
+        return;
+    }
+    send_failed_as(shared, ticket, target_topic, target_partition, error, None);
+}
+
+/// What a delivery report tells of a failed record beyond its error.
+pub(super) struct Failed {
+    /// Its key and value, in bytes.
+    pub(super) bytes: usize,
+    /// The target topic's `max.message.bytes`, if it was read.
+    pub(super) limit: Option<usize>,
+    /// The producer's `batch.size`.
+    pub(super) batch_size: usize,
+    /// The target producer's fatal error (librdkafka's `rd_kafka_fatal_error`), if it has one.
+    pub(super) fatal: Option<(RDKafkaErrorCode, String)>,
+}
+
+/// As [`send_failed`], with what the delivery report told (`failed`) in the reason.
+fn send_failed_as(
+    shared: &StreamShared,
+    ticket: Ticket,
+    target_topic: &str,
+    target_partition: Option<i32>,
+    error: &KafkaError,
+    failed: Option<&Failed>,
+) {
+    let mut reason = describe_send_error(error, target_topic, target_partition, failed);
+    if matches!(
+        error.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::InvalidTimestamp | RDKafkaErrorCode::InvalidRecord)
+    ) {
+        // The record's own timestamp, as the tracker keeps it (the source's).
+        let timestamp = shared.tracker().peek(ticket).and_then(|s| s.timestamp);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let advice = timestamps::refusal_advice(target_topic, timestamp.map(|t| now - t));
+        reason = format!("{reason}: {advice}");
+    }
+    send_failed_because(
+        shared,
+        ticket,
+        target_topic,
+        &clients::code_name(error),
+        &reason,
+    );
+}
+
+/// The target topic of a record does not exist (deleted while running) and
+/// `--create.topics` is on: the record is pinned (the commit point of its partition stays
+/// below it) and the stream's loop creates the topic again and mirrors the partition
+/// again from there.
+/// Returns whether it did (`false`: not a topic it makes; a send failure as any other).
+fn target_missing(shared: &StreamShared, ticket: Ticket, target_topic: &str) -> bool {
+    let Some(template) = shared.recreatable.get() else {
+        return false;
+    };
+    let mut tracker = shared.tracker();
+    match tracker.peek(ticket) {
+        Some(s) if template.render(s.topic) == target_topic => {}
+        // A handler's output topic: not ours to make.
+        Some(_) => return false,
+        // Released since: nothing to do.
+        None => return true,
+    }
+    let Outcome::Recorded(s) = tracker.fail(ticket) else {
+        return true;
+    };
+    let missing = MissingTarget {
+        target_topic: target_topic.to_owned(),
+        source_topic: s.topic.to_owned(),
+        partition: s.partition,
+    };
+    let offset = s.offset;
+    drop(tracker);
+    let mut list = shared
+        .missing_targets
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if !list.contains(&missing) {
+        tracing::warn!(
+            stream = shared.stream,
+            "target topic {target_topic} is missing (deleted while running?): creating it \
+             again (--create.topics), then mirroring {}/{} again from offset {offset}",
+            missing.source_topic,
+            missing.partition
+        );
+        list.push(missing);
+    }
+    true
+}
+
+/// Like [`send_failed`](send_failed), with the reason given in words, counted
+/// under `code` in `mirror_send_errors_total`.
+pub(super) fn send_failed_because(
+    shared: &StreamShared,
+    ticket: Ticket,
+    target_topic: &str,
+    code: &str,
+    reason: &str,
+) {
+    shared.stats.recorded.count_send_error(code.to_owned());
+    let mut tracker = shared.tracker();
+    // Failed (abort: the commit point never passes it) or given up (skip: acknowledged).
+    let outcome = if shared.abort_on_send_failure {
+        tracker.fail(ticket)
+    } else {
+        tracker.ack(ticket)
+    };
+    let source = match outcome {
+        Outcome::Recorded(s) => format!("{}/{} offset {}", s.topic, s.partition, s.offset),
+        Outcome::Stale => "a record of a partition released since".to_owned(),
+    };
+    drop(tracker);
+    if shared.abort_on_send_failure {
+        shared.control.fail(format!(
+            "cannot mirror {source} to target topic {target_topic}: {reason}. Stopping \
+             (--abort.on.send.failure true); the committed offset stays before this record"
+        ));
+    } else {
+        Stats::add(&shared.stats.dropped, 1);
+        tracing::warn!(
+            stream = shared.stream,
+            "dropped {source} (target topic {target_topic}): {reason} (--abort.on.send.failure false)"
+        );
+    }
+}
+
+fn describe_send_error(
+    error: &KafkaError,
+    topic: &str,
+    partition: Option<i32>,
+    failed: Option<&Failed>,
+) -> String {
+    let fatal = failed
+        .and_then(|f| f.fatal.as_ref())
+        .map(|(code, cause)| {
+            format!(
+                "; the target producer hit a fatal error at target partition {topic}/{}: \
+                 {cause} ({code:?})",
+                partition.map_or_else(|| "?".to_owned(), |p| p.to_string())
+            )
+        })
+        .unwrap_or_default();
+    let refused = match failed.and_then(|f| f.fatal.as_ref()) {
+        // The fatal error names the broker's refusal (gap-less guarantee).
+        Some((_, cause)) if cause.contains("Message size too large") => {
+            Some(RDKafkaErrorCode::MessageSizeTooLarge)
+        }
+        _ => error.rdkafka_error_code(),
+    };
+    let reason = match refused {
+        Some(RDKafkaErrorCode::UnknownPartition) => format!(
+            "the target topic {topic} has no partition {}: --partitioning preserve needs at \
+             least as many partitions on the target as on the source; add partitions to the \
+             target topic or use --partitioning hash",
+            partition.map_or_else(|| "?".to_owned(), |p| p.to_string())
+        ),
+        Some(RDKafkaErrorCode::MessageSizeTooLarge) => too_large(topic, partition, failed),
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed) => format!(
+            "the target cluster does not allow the mirror's principal (the producer's \
+             credentials: its sasl.username or its certificate's subject) to WRITE to topic \
+             {topic} (TopicAuthorizationFailed): grant it WRITE on topic {topic}, e.g. \
+             kafka-acls --add --allow-principal User:NAME --operation Write --topic {topic}"
+        ),
+        Some(code) => code.to_string(),
+        None => error.to_string(),
+    };
+    format!("{reason}{fatal}")
+}
+
+/// A record or its batch refused as larger than the target topic takes: which, with the
+/// record's size, the topic's limit and what to do.
+fn too_large(topic: &str, partition: Option<i32>, failed: Option<&Failed>) -> String {
+    let code = RDKafkaErrorCode::MessageSizeTooLarge;
+    let at = format!(
+        "target topic {topic} partition {}",
+        partition.map_or_else(|| "?".to_owned(), |p| p.to_string())
+    );
+    match failed {
+        // A batch holds the record and the records around it, plus 61 bytes of batch header
+        // and some per record: a record well below the limit was refused with its batch.
+        Some(f) if f.limit.is_some_and(|l| f.bytes + BATCH_OVERHEAD <= l) => format!(
+            "{code}: the record ({} bytes) fits {at} (max.message.bytes {}), but the batch it \
+             was sent in did not: the producer's batch.size is {}; restart the mirror (it caps \
+             batch.size at the smallest max.message.bytes of the target topics at start) or set \
+             batch.size to at most {} in the producer config",
+            f.bytes,
+            f.limit.unwrap_or(0),
+            f.batch_size,
+            f.limit.unwrap_or(0)
+        ),
+        Some(Failed {
+            bytes,
+            limit: Some(limit),
+            ..
+        }) => format!(
+            "{code}: the record ({bytes} bytes of key and value) is larger than {at} takes \
+             (max.message.bytes {limit}); raise max.message.bytes of topic {topic} on the target \
+             to at least {}, or drop or shrink such records with a handler",
+            bytes + BATCH_OVERHEAD
+        ),
+        Some(Failed { bytes, .. }) => format!(
+            "{code}: the record ({bytes} bytes of key and value) or its batch is larger than \
+             {at} takes (its max.message.bytes, or the producer's message.max.bytes if set \
+             lower; see `mirror-maker check`)"
+        ),
+        None => format!(
+            "{code}: the record is larger than {at} takes (its max.message.bytes, or the \
+             producer's message.max.bytes if set lower; see `mirror-maker check`)"
+        ),
+    }
+}
+
+/// What a batch of one record takes beyond its key and value, at least: the batch header (61
+/// bytes) and the record's own framing.
+const BATCH_OVERHEAD: usize = 72;
+
+/// The producer's context: routes delivery reports to the stream's tracker.
+pub(crate) struct DeliveryContext {
+    pub(crate) shared: Arc<StreamShared>,
+    /// The target topics' limits, to name them when a record is refused as too large.
+    pub(crate) limits: Arc<TargetLimits>,
+    /// The producer this is the context of (set once it is made), to read its fatal error
+    /// when a delivery fails with one.
+    pub(crate) producer: OnceLock<Weak<MirrorProducer>>,
+}
+
+impl DeliveryContext {
+    /// What the report of a failed delivery of `message` tells.
+    fn failed(&self, message: &BorrowedMessage<'_>) -> Failed {
+        let fatal = self
+            .producer
+            .get()
+            .and_then(Weak::upgrade)
+            .and_then(|p| p.client().fatal_error());
+        Failed {
+            bytes: message.payload_len() + message.key_len(),
+            limit: self.limits.limit_of(message.topic()),
+            batch_size: self.limits.batch_size(),
+            fatal,
+        }
+    }
+}
+
+impl ClientContext for DeliveryContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        clients::librdkafka_log(Cluster::Target, level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        clients::target_error(&self.shared, &error, reason);
+    }
+
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        clients::target_statistics(&self.shared, &statistics);
+    }
+}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        let ticket = Ticket::from_opaque(opaque);
+        match result {
+            Ok(delivered) => {
+                Stats::add(&self.shared.stats.acknowledged, 1);
+                // Latency runs from the source record's timestamp (kept by the tracker): the
+                // report's own timestamp may be the target broker's log-append time.
+                let mut tracker = self.shared.tracker();
+                let acked = match tracker.ack(ticket) {
+                    Outcome::Recorded(source) => {
+                        let dead_letter = self.shared.dead_letter.get().map(String::as_str);
+                        let mapping = self
+                            .shared
+                            .mapping
+                            .as_ref()
+                            .filter(|_| dead_letter != Some(delivered.topic()));
+                        if let Some(mapping) = mapping {
+                            // Under the tracker's lock: a commit point and the segments below
+                            // it are taken together.
+                            mapping.recorder().acked(
+                                (source.topic, source.partition),
+                                source.offset,
+                                (delivered.topic(), delivered.partition()),
+                                delivered.offset(),
+                            );
+                        }
+                        Some(source.timestamp)
+                    }
+                    Outcome::Stale => None,
+                };
+                drop(tracker);
+                match acked {
+                    Some(Some(t)) => self.shared.stats.recorded.observe_latency(t),
+                    Some(None) => {}
+                    None => tracing::debug!(
+                        stream = self.shared.stream,
+                        "acknowledged a record of a partition released since"
+                    ),
+                }
+            }
+            Err((error, _)) if purged(error) => {
+                // Purged (partitions released while records were queued, or a shutdown flush
+                // that timed out) or the producer closed: they stay uncommitted, not failed.
+                tracing::debug!(
+                    stream = self.shared.stream,
+                    "not acknowledged (purged or closed): {error}"
+                );
+            }
+            Err((error, message)) => {
+                // Records produced after this one may be queued behind it.
+                self.shared
+                    .failed_with_records_behind
+                    .store(true, Ordering::SeqCst);
+                let failed = self.failed(message);
+                if !(matches!(
+                    error.rdkafka_error_code(),
+                    Some(
+                        RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownTopicOrPartition
+                    )
+                ) && target_missing(&self.shared, ticket, message.topic()))
+                {
+                    send_failed_as(
+                        &self.shared,
+                        ticket,
+                        message.topic(),
+                        Some(message.partition()),
+                        error,
+                        Some(&failed),
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_write_names_the_topic_and_the_operation() {
+        let error = KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed);
+        let line = describe_send_error(&error, "orders", Some(1), None);
+        assert!(line.contains("WRITE to topic orders"), "{line}");
+        assert!(line.contains("TopicAuthorizationFailed"), "{line}");
+        assert!(!line.contains('\n'), "{line}");
+    }
+
+    #[test]
+    fn a_fatal_delivery_names_librdkafkas_cause_the_partition_and_the_limit() {
+        let error = KafkaError::MessageProduction(RDKafkaErrorCode::Fatal);
+        let cause = "ProduceRequest for orders [0] with 935 message(s) failed: Broker: Message \
+                     size too large (broker 1 PID{Id:0,Epoch:0}, base seq 0): unable to satisfy \
+                     gap-less guarantee";
+        let failed = Failed {
+            bytes: 1034,
+            limit: Some(65_536),
+            batch_size: 1_000_000,
+            fatal: Some((RDKafkaErrorCode::GaplessGuarantee, cause.to_owned())),
+        };
+        let line = describe_send_error(&error, "orders", Some(0), Some(&failed));
+        for part in [
+            "the record (1034 bytes) fits target topic orders partition 0 (max.message.bytes \
+             65536), but the batch it was sent in did not",
+            "batch.size is 1000000",
+            cause,
+        ] {
+            assert!(line.contains(part), "{part:?} not in {line}");
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! One cluster as the batch engine sees it: bootstrapped from the `bootstrap.servers` of a
+//! client config, the leader of each partition from Metadata, one [`Connection`] per broker,
+//! made when first needed (over TLS and with SASL as the config's `security.protocol` says)
+//! and dropped when it fails. A caller that gets
+//! NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION or a lost
+//! connection calls [`Cluster::refresh`] and tries again. A refresh asks one broker after
+//! another until one answers, all within one request timeout.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{MetadataRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use super::sasl::Sasl;
+use super::tls::{Tls, TlsError};
+use super::wire::{error_name, Connection, Dial, WireError};
+use crate::settings::client::ClientProps;
+use crate::settings::wire_security::wire_security;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClusterError {
+    #[error("the {role} config has no bootstrap.servers; set it")]
+    NoBootstrap { role: &'static str },
+    #[error("{0} in the {1}: --copy.mode batches cannot serve it; use --copy.mode records")]
+    Security(String, &'static str),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("no {role} broker answered Metadata (tried {tried}): {last}")]
+    Unreachable {
+        role: &'static str,
+        tried: String,
+        last: String,
+    },
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error("{role} broker {broker} is in no Metadata answer; the cluster changed, refreshing")]
+    UnknownBroker { role: &'static str, broker: i32 },
+}
+
+/// The partitions' leaders and the brokers' connections of one cluster.
+pub(crate) struct Cluster {
+    role: &'static str,
+    bootstrap: Vec<String>,
+    dial: Dial,
+    brokers: HashMap<i32, String>,
+    connections: HashMap<i32, Connection>,
+    leaders: HashMap<(String, i32), (i32, i32)>,
+}
+
+impl Cluster {
+    /// The cluster that `props` (a consumer's or producer's config) points at.
+    pub(crate) fn new(
+        role: &'static str,
+        props: &ClientProps,
+        timeout: Duration,
+    ) -> Result<Cluster, ClusterError> {
+        let security = wire_security(props)
+            .map_err(|reason| ClusterError::Security(reason, props.role.config()))?;
+        let bootstrap: Vec<String> = props
+            .get("bootstrap.servers")
+            .or_else(|| props.get("metadata.broker.list"))
+            .unwrap_or_default()
+            .split(',')
+            .map(|s| s.trim())
+            .map(|s| strip_scheme(s).to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if bootstrap.is_empty() {
+            return Err(ClusterError::NoBootstrap { role });
+        }
+        let dial = Dial {
+            role,
+            config: props.role.config(),
+            client_id: props.get("client.id").unwrap_or("mirror-maker").to_owned(),
+            timeout,
+            tls: if security.protocol.tls() {
+                Some(Tls::new(props)?)
+            } else {
+                None
+            },
+            sasl: security.mechanism.map(|m| Sasl::new(m, props)),
+        };
+        Ok(Cluster {
+            role,
+            bootstrap,
+            dial,
+            brokers: HashMap::new(),
+            connections: HashMap::new(),
+            leaders: HashMap::new(),
+        })
+    }
+
+    /// Asks for the leaders of `topics` (all partitions) and the brokers, from any broker
+    /// that answers: a known one first, then the bootstrap list.
+    pub(crate) fn refresh(&mut self, topics: &[&str]) -> Result<(), ClusterError> {
+        let request = MetadataRequest::default()
+            .with_topics(Some(
+                topics
+                    .iter()
+                    .map(|t| {
+                        MetadataRequestTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_string((*t).to_owned()))))
+                    })
+                    .collect(),
+            ))
+            .with_allow_auto_topic_creation(false);
+        let mut candidates: Vec<String> = self.brokers.values().cloned().collect();
+        candidates.extend(self.bootstrap.iter().cloned());
+        let mut seen = std::collections::HashSet::new();
+        candidates.retain(|a| seen.insert(a.clone()));
+        // One timeout for the whole refresh: brokers that do not answer must not hold the
+        // stream (and its consumer's polls) one timeout each.
+        let deadline = Instant::now() + self.dial.timeout;
+        let mut last = String::from("nothing tried");
+        for address in &candidates {
+            if Instant::now() >= deadline {
+                last = format!("{last}; no time left within the request timeout");
+                break;
+            }
+            let mut conn = match Connection::connect(address, &self.dial, deadline) {
+                Ok(c) => c,
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            };
+            let response = match conn
+                .send(&request)
+                .and_then(|()| conn.receive_by::<MetadataRequest>(deadline))
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            };
+            self.brokers = response
+                .brokers
+                .iter()
+                .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
+                .collect();
+            self.connections
+                .retain(|id, c| self.brokers.get(id).is_some_and(|a| a == c.broker()));
+            for t in &response.topics {
+                let Some(name) = &t.name else { continue };
+                let name = name.0.as_str().to_owned();
+                if t.error_code != 0 {
+                    tracing::debug!(
+                        "{} topic {name}: Metadata says {}",
+                        self.role,
+                        error_name(t.error_code)
+                    );
+                    self.leaders.retain(|(topic, _), _| *topic != name);
+                    continue;
+                }
+                for p in &t.partitions {
+                    let key = (name.clone(), p.partition_index);
+                    if p.error_code == 0 && p.leader_id.0 >= 0 {
+                        self.leaders.insert(key, (p.leader_id.0, p.leader_epoch));
+                    } else {
+                        self.leaders.remove(&key);
+                    }
+                }
+            }
+            return Ok(());
+        }
+        Err(ClusterError::Unreachable {
+            role: self.role,
+            tried: candidates.join(","),
+            last,
+        })
+    }
+
+    /// How long one request may take (`request.timeout.ms`).
+    pub(crate) fn timeout(&self) -> Duration {
+        self.dial.timeout
+    }
+
+    /// The leader of a partition and its epoch, as last known.
+    pub(crate) fn leader(&self, topic: &str, partition: i32) -> Option<(i32, i32)> {
+        self.leaders.get(&(topic.to_owned(), partition)).copied()
+    }
+
+    /// The connection to a broker, made if there is none.
+    pub(crate) fn connection(&mut self, broker: i32) -> Result<&mut Connection, ClusterError> {
+        self.connection_by(broker, Instant::now() + self.dial.timeout)
+    }
+
+    /// As [`connection`](Self::connection), a new connection made by `deadline` or not at
+    /// all (a round connecting to several brokers waits for them together).
+    pub(crate) fn connection_by(
+        &mut self,
+        broker: i32,
+        deadline: Instant,
+    ) -> Result<&mut Connection, ClusterError> {
+        if self
+            .connections
+            .get(&broker)
+            .is_some_and(Connection::due_for_renewal)
+        {
+            self.connections.remove(&broker);
+        }
+        if !self.connections.contains_key(&broker) {
+            let address = self
+                .brokers
+                .get(&broker)
+                .ok_or(ClusterError::UnknownBroker {
+                    role: self.role,
+                    broker,
+                })?;
+            let conn = Connection::connect(address, &self.dial, deadline)?;
+            self.connections.insert(broker, conn);
+        }
+        Ok(self.connections.get_mut(&broker).expect("inserted above"))
+    }
+
+    /// Drops a broker's connection (after it failed, or with answers still owed to it).
+    pub(crate) fn drop_connection(&mut self, broker: i32) {
+        self.connections.remove(&broker);
+    }
+
+    /// Any broker known, for requests that any broker answers (InitProducerId).
+    pub(crate) fn any_broker(&mut self) -> Result<i32, ClusterError> {
+        if self.brokers.is_empty() {
+            self.refresh(&[])?;
+        }
+        self.brokers
+            .keys()
+            .min()
+            .copied()
+            .ok_or(ClusterError::Unreachable {
+                role: self.role,
+                tried: self.bootstrap.join(","),
+                last: "Metadata listed no broker".to_owned(),
+            })
+    }
+}
+
+/// A bootstrap address without its listener scheme (`SASL_SSL://host:port`), as librdkafka
+/// reads it.
+fn strip_scheme(address: &str) -> &str {
+    address.split_once("://").map_or(address, |(_, rest)| rest)
+}
+
+/// Whether a partition error means the leader moved (refresh the metadata and try again).
+pub(crate) fn leader_moved(code: i16) -> bool {
+    // NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION,
+    // FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_ENOUGH_REPLICAS(_AFTER_APPEND) are
+    // transient too but do not mean a move; REPLICA_NOT_AVAILABLE, KAFKA_STORAGE_ERROR.
+    matches!(code, 6 | 5 | 3 | 74 | 75 | 9 | 56)
+}

@@ -1,0 +1,316 @@
+//! Our idempotent producer: InitProducerId (no transactional id), a sequence per target
+//! partition from 0, `acks=-1`, one Produce request per target broker and round carrying the
+//! next batch of each of its partitions.
+//!
+//! Order: **one batch in flight per partition** (this slice's choice). A round sends at most
+//! one batch per partition and reads every answer before the next round, so a retried batch
+//! (same bytes, same sequence) always lands before its successor, which is not sent until it
+//! is acknowledged. A batch answered DUPLICATE_SEQUENCE_NUMBER can only be a retry of one the
+//! target already has: acknowledged, target offset unknown. OUT_OF_ORDER_SEQUENCE_NUMBER
+//! means the target lost a batch we had sent: refused, never skipped.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest, ProducerId, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use super::batch::{next_sequence, Stamp};
+use super::cluster::{leader_moved, Cluster, ClusterError};
+use super::wire::error_name;
+use crate::settings::client::ClientProps;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProducerError {
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error("target InitProducerId failed: {0}; check that the principal may IdempotentWrite on the target cluster")]
+    Init(String),
+}
+
+/// One batch of a round: where it goes and its bytes.
+pub(crate) struct RoundItem<'a> {
+    pub(crate) topic: &'a str,
+    pub(crate) partition: i32,
+    pub(crate) batch: Bytes,
+}
+
+/// What became of one batch of a round.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// On the target from this offset (-1: landed before, offset not known).
+    Acked { base_offset: i64 },
+    /// Not (known to be) written: send the same bytes again.
+    Retry { reason: String },
+    /// Refused for good: a send failure.
+    Refused { code: String, message: String },
+}
+
+pub(crate) struct BatchProducer {
+    pub(crate) cluster: Cluster,
+    producer_id: i64,
+    epoch: i16,
+    /// The sequence of the next batch prepared for each target partition.
+    sequences: HashMap<(String, i32), i32>,
+    timeout_ms: i32,
+}
+
+impl BatchProducer {
+    /// A producer for the target `props` points at, with a producer id of its own.
+    pub(crate) fn new(props: &ClientProps, timeout: Duration) -> Result<Self, ProducerError> {
+        let mut cluster = Cluster::new("target", props, timeout)?;
+        let broker = cluster.any_broker()?;
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(i32::MAX)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        // Retriable answers (the coordinator still loading, say) are asked again within the
+        // request timeout.
+        let deadline = std::time::Instant::now() + timeout;
+        let response = loop {
+            let response = cluster
+                .connection(broker)?
+                .call(&request)
+                .map_err(|e| ProducerError::Init(e.to_string()))?;
+            match response.error_code {
+                0 => break response,
+                code if retriable(code) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                code => return Err(ProducerError::Init(error_name(code))),
+            }
+        };
+        tracing::debug!(
+            "batch producer: producer id {} epoch {}",
+            response.producer_id.0,
+            response.producer_epoch
+        );
+        Ok(BatchProducer {
+            cluster,
+            producer_id: response.producer_id.0,
+            epoch: response.producer_epoch,
+            sequences: HashMap::new(),
+            timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
+        })
+    }
+
+    /// The stamp for the next batch of a target partition; [`advance`](Self::advance) moves
+    /// the sequence past the records prepared with it.
+    pub(crate) fn stamp(&self, topic: &str, partition: i32) -> Stamp {
+        Stamp {
+            producer_id: self.producer_id,
+            producer_epoch: self.epoch,
+            base_sequence: self
+                .sequences
+                .get(&(topic.to_owned(), partition))
+                .copied()
+                .unwrap_or(0),
+        }
+    }
+
+    /// The next batch of a target partition starts `records` sequences later.
+    pub(crate) fn advance(&mut self, topic: &str, partition: i32, records: i32) {
+        let s = self
+            .sequences
+            .entry((topic.to_owned(), partition))
+            .or_insert(0);
+        *s = next_sequence(*s, records);
+    }
+
+    /// Batches prepared but never sent were dropped (their partition released): the next one
+    /// takes the sequence the first of them had.
+    pub(crate) fn rewind(&mut self, topic: &str, partition: i32, sequence: i32) {
+        self.sequences
+            .insert((topic.to_owned(), partition), sequence);
+    }
+
+    /// Sends one round (at most one batch per partition) and reads every answer. The
+    /// outcomes are in the order of `items`.
+    pub(crate) fn send_round(&mut self, items: &[RoundItem<'_>]) -> Vec<Outcome> {
+        let mut outcomes: Vec<Option<Outcome>> = items.iter().map(|_| None).collect();
+        let mut refresh = false;
+        // Leaders, refreshed once if one is unknown.
+        if items
+            .iter()
+            .any(|i| self.cluster.leader(i.topic, i.partition).is_none())
+        {
+            let mut topics: Vec<&str> = items.iter().map(|i| i.topic).collect();
+            topics.sort_unstable();
+            topics.dedup();
+            if let Err(e) = self.cluster.refresh(&topics) {
+                tracing::debug!("target metadata: {e}");
+            }
+        }
+        let mut by_broker: HashMap<i32, Vec<usize>> = HashMap::new();
+        for (n, item) in items.iter().enumerate() {
+            match self.cluster.leader(item.topic, item.partition) {
+                Some((leader, _)) => by_broker.entry(leader).or_default().push(n),
+                None => {
+                    outcomes[n] = Some(Outcome::Retry {
+                        reason: format!(
+                            "no leader known for target {}/{}",
+                            item.topic, item.partition
+                        ),
+                    })
+                }
+            }
+        }
+        // Send to every broker, then read every answer: connections made within one timeout,
+        // answers awaited within one more, for all brokers together.
+        let connect_by = Instant::now() + self.cluster.timeout();
+        let mut sent: Vec<(i32, &Vec<usize>)> = Vec::new();
+        for (broker, members) in &by_broker {
+            let request = self.request(items, members);
+            let result = self
+                .cluster
+                .connection_by(*broker, connect_by)
+                .map_err(|e| e.to_string())
+                .and_then(|c| c.send(&request).map_err(|e| e.to_string()));
+            match result {
+                Ok(()) => sent.push((*broker, members)),
+                Err(reason) => {
+                    self.cluster.drop_connection(*broker);
+                    refresh = true;
+                    for &n in members {
+                        outcomes[n] = Some(Outcome::Retry {
+                            reason: reason.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        let answers_by = Instant::now() + self.cluster.timeout();
+        for (broker, members) in sent {
+            let answer = self
+                .cluster
+                .connection(broker)
+                .map_err(|e| e.to_string())
+                .and_then(|c| {
+                    c.receive_by::<ProduceRequest>(answers_by)
+                        .map_err(|e| e.to_string())
+                });
+            let response = match answer {
+                Ok(r) => r,
+                Err(reason) => {
+                    // The batches may or may not have landed: sent again with the same
+                    // sequences, the target keeps one copy.
+                    self.cluster.drop_connection(broker);
+                    refresh = true;
+                    for &n in members {
+                        outcomes[n] = Some(Outcome::Retry {
+                            reason: reason.clone(),
+                        });
+                    }
+                    continue;
+                }
+            };
+            for topic in &response.responses {
+                let name = topic.name.0.as_str();
+                for p in &topic.partition_responses {
+                    let Some(&n) = members
+                        .iter()
+                        .find(|&&n| items[n].topic == name && items[n].partition == p.index)
+                    else {
+                        continue;
+                    };
+                    let outcome = match p.error_code {
+                        0 => Outcome::Acked {
+                            base_offset: p.base_offset,
+                        },
+                        // DUPLICATE_SEQUENCE_NUMBER: a retry of a batch the target has.
+                        46 => Outcome::Acked { base_offset: -1 },
+                        code if leader_moved(code) || retriable(code) => {
+                            refresh |= leader_moved(code);
+                            Outcome::Retry {
+                                reason: error_name(code),
+                            }
+                        }
+                        45 => Outcome::Refused {
+                            code: error_name(45),
+                            message: format!(
+                                "the target is missing a batch before this one of target \
+                                 {name}/{} (sequence gap); it is not skipped: restart the \
+                                 mirror, it copies from the last commit",
+                                p.index
+                            ),
+                        },
+                        // TOPIC_AUTHORIZATION_FAILED: what is missing, and what to do, as the
+                        // record engine says it.
+                        29 => Outcome::Refused {
+                            code: error_name(29),
+                            message: format!(
+                                "the target cluster does not allow the mirror's principal (the \
+                                 producer's credentials: its sasl.username or its \
+                                 certificate's subject) to WRITE to target topic {name}: \
+                                 grant it WRITE on topic {name}, e.g. kafka-acls --add \
+                                 --allow-principal User:NAME --operation Write --topic {name}"
+                            ),
+                        },
+                        code => Outcome::Refused {
+                            code: error_name(code),
+                            message: p
+                                .error_message
+                                .as_ref()
+                                .map(|m| m.as_str().to_owned())
+                                .unwrap_or_default(),
+                        },
+                    };
+                    outcomes[n] = Some(outcome);
+                }
+            }
+            for &n in members {
+                if outcomes[n].is_none() {
+                    outcomes[n] = Some(Outcome::Retry {
+                        reason: "the answer did not name this partition".to_owned(),
+                    });
+                }
+            }
+        }
+        if refresh {
+            let mut topics: Vec<&str> = items.iter().map(|i| i.topic).collect();
+            topics.sort_unstable();
+            topics.dedup();
+            if let Err(e) = self.cluster.refresh(&topics) {
+                tracing::debug!("target metadata: {e}");
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or(Outcome::Retry {
+                    reason: "not sent".to_owned(),
+                })
+            })
+            .collect()
+    }
+
+    fn request(&self, items: &[RoundItem<'_>], members: &[usize]) -> ProduceRequest {
+        let mut topics: Vec<TopicProduceData> = Vec::new();
+        for &n in members {
+            let item = &items[n];
+            let data = PartitionProduceData::default()
+                .with_index(item.partition)
+                .with_records(Some(item.batch.clone()));
+            match topics.iter_mut().find(|t| t.name.0.as_str() == item.topic) {
+                Some(t) => t.partition_data.push(data),
+                None => topics.push(
+                    TopicProduceData::default()
+                        .with_name(TopicName(StrBytes::from_string(item.topic.to_owned())))
+                        .with_partition_data(vec![data]),
+                ),
+            }
+        }
+        ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(self.timeout_ms)
+            .with_topic_data(topics)
+    }
+}
+
+/// Errors the protocol calls retriable, for a Produce.
+fn retriable(code: i16) -> bool {
+    kafka_protocol::error::ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
+}

@@ -1,0 +1,1188 @@
+//! One batch stream on one thread: librdkafka's consumer keeps the group (subscription,
+//! assignment, rebalance listener, commits) with its partitions paused from the moment they
+//! are assigned, so it never fetches; our [`Fetcher`] reads the assigned partitions' batches,
+//! [`prepare`] readies each for the target partition of the same number, our
+//! [`BatchProducer`] sends them, and each acknowledgement advances the shared
+//! [`OffsetTracker`](crate::mirror::offsets::OffsetTracker): a batch is begun there at its
+//! first source offset when sent, and on its acknowledgement the partition's commit point
+//! moves to the end of the batch (`advance_to_position`), so the commit point is the end of
+//! the last acknowledged batch, never past one in flight or refused.
+//!
+//! Every Produce round is answered (or failed) before the consumer is polled again, so when
+//! a rebalance callback runs nothing of this stream is waiting on the wire: a release drops the
+//! released partitions' batches not yet sent, commits what was acknowledged, and calls the
+//! user's listener. (A request whose answer timed out may still be applied by the target
+//! later: the one case this slice cannot rule out, as the record engine cannot.)
+//!
+//! `--throttle.*.per.second`: each outgoing batch charges the shared buckets
+//! ([`Throttle`](crate::mirror::throttle::Throttle)) as it is readied, with its size as sent
+//! (header and records section, compressed as it came: what `mirror_bytes_consumed_total`
+//! counts here; the records are never decompressed to count their keys and values) and its
+//! record count. A debt of at least [`MIN_PAUSE`] stops the stream's fetches until it is paid;
+//! batches already readied are still sent, and the consumer is polled all along, so the
+//! stream stays in its group.
+//!
+//! The replication delay ([`crate::mirror::delay`]) and the lag come from the fetch responses'
+//! high watermarks, not from librdkafka's statistics (its consumer does not fetch): at each
+//! statistics interval, every owned partition's latest high watermark is observed with the
+//! oldest source offset not yet acknowledged by the target (the batch in flight, else the
+//! first one readied, else the fetch position).
+
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::topic_partition_list::TopicPartitionList;
+
+use super::batch::{prepare, prepare_before, split, BatchError, OutBatch};
+use super::fetcher::{AbortedFilter, Fetched, Fetcher};
+use super::producer::{BatchProducer, Outcome, RoundItem};
+use crate::mirror::clients::{self, Cluster};
+use crate::mirror::commit::{commit_async, commit_stored, commit_sync, final_commit};
+use crate::mirror::delay::Observation;
+use crate::mirror::flush;
+use crate::mirror::limits::TargetLimits;
+use crate::mirror::mapping::ledger::StreamMapping;
+use crate::mirror::mapping::store::MappingStore;
+use crate::mirror::offsets::Ticket;
+use crate::mirror::route::StreamReport;
+use crate::mirror::source::{call_listener, committed, make_target_topics, partition_list};
+use crate::mirror::state::{Control, PartitionLag, ShutdownGate, Stats, StreamShared};
+use crate::mirror::subscription::{SubscribeError, Subscription};
+use crate::mirror::throttle::MIN_PAUSE;
+use crate::mirror::topic_ids::TopicIds;
+use crate::mirror::topics::TopicCreator;
+use crate::mirror::Partition;
+use crate::native::queue::{Polled, Source};
+use crate::plugin::Listener;
+use crate::settings::flags::SourceGap;
+use crate::settings::{counted, Settings};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BatchStreamError {
+    #[error("stream {stream}: cannot create the {client}: {reason}")]
+    Create {
+        stream: usize,
+        client: &'static str,
+        reason: String,
+    },
+    #[error(transparent)]
+    Subscribe(#[from] SubscribeError),
+    #[error("stream {stream}: final commit failed: {source}; the records after the last committed offsets will be mirrored again on restart (duplicates, no loss)")]
+    FinalCommit { stream: usize, source: KafkaError },
+}
+
+/// The largest batch sent when the producer config does not say (`message.max.bytes`):
+/// Kafka's default `max.message.bytes`.
+const DEFAULT_MAX_BATCH: usize = 1_048_588;
+/// How long a fetch waits for records when nothing else is to be done.
+const IDLE_FETCH_WAIT: Duration = Duration::from_millis(100);
+/// The pause before a round is sent again after every batch of it was to be retried.
+const RETRY_BACKOFF: Duration = Duration::from_millis(100);
+/// How long an idle loop polls the consumer before the next turn.
+const IDLE_POLL: Duration = Duration::from_millis(10);
+/// How often the replication delay and lag are observed when the consumer config names no
+/// `statistics.interval.ms` (the record engine observes them at each statistics).
+const DEFAULT_OBSERVE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A batch ready to go, and the sequence it was stamped with.
+struct Queued {
+    out: OutBatch,
+    bytes: bytes::Bytes,
+    sequence: i32,
+}
+
+/// What comes next for a partition, in source order.
+enum Step {
+    /// A batch to send.
+    Send(Queued),
+    /// A source record that alone makes a batch larger than the target topic takes: a send
+    /// failure, met in order (after every batch before it is acknowledged).
+    TooLarge {
+        offset: i64,
+        size: usize,
+        limit: usize,
+    },
+}
+
+/// One assigned partition.
+struct Part {
+    target_topic: String,
+    /// The next source offset to fetch.
+    position: i64,
+    /// Prepared batches (and refusals) not yet sent, in order.
+    queue: VecDeque<Step>,
+    /// The batch sent and not yet acknowledged (sent again until it is).
+    in_flight: Option<(Queued, Ticket)>,
+    /// The largest batch its target topic takes: its `max.message.bytes` where it was read,
+    /// at most the engine's bound (larger source batches are split).
+    max_batch: usize,
+    /// The source partition's high watermark in the latest fetch response that had one.
+    high_watermark: Option<i64>,
+}
+
+impl Part {
+    /// The oldest source offset the target has not acknowledged: the batch in flight, else
+    /// the first readied, else the next to fetch.
+    fn replicated_to(&self) -> i64 {
+        self.in_flight
+            .as_ref()
+            .map(|(q, _)| q.out.first_source_offset)
+            .or_else(|| {
+                self.queue.front().map(|step| match step {
+                    Step::Send(q) => q.out.first_source_offset,
+                    Step::TooLarge { offset, .. } => *offset,
+                })
+            })
+            .unwrap_or(self.position)
+    }
+}
+
+/// What the batch engine holds for one stream: behind a lock shared by the loop and the
+/// rebalance callbacks (which run inside the loop's consumer poll, never during a round).
+pub(crate) struct Engine {
+    fetcher: Fetcher,
+    producer: BatchProducer,
+    parts: HashMap<Partition, Part>,
+    max_batch: usize,
+}
+
+pub(crate) struct BatchContext {
+    shared: Arc<StreamShared>,
+    engine: Mutex<Engine>,
+    settings_gap: SourceGap,
+    target_template: crate::settings::routing::TopicTemplate,
+    listener: Option<Mutex<Listener>>,
+    topics: Option<Arc<TopicCreator>>,
+    /// The target topics' `max.message.bytes`, read once per topic (shared with the record
+    /// engine's streams).
+    limits: Arc<TargetLimits>,
+    topic_retry_limit: Duration,
+    /// Set once the final commit is made: a revocation while closing only forgets.
+    closing: AtomicBool,
+    /// The records librdkafka's consumer fetched itself, from its statistics (`rxmsgs`):
+    /// stays 0, its partitions being paused as they are assigned.
+    consumer_fetched: AtomicI64,
+    /// Whether a statistics report arrived at all.
+    statistics_seen: AtomicBool,
+    /// auto.offset.reset: latest (true) or earliest.
+    reset_latest: bool,
+}
+
+type BatchConsumer = BaseConsumer<BatchContext>;
+
+impl rdkafka::client::ClientContext for BatchContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        clients::librdkafka_log(Cluster::Source, level, fac, message);
+    }
+
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let fetched: i64 = statistics
+            .topics
+            .values()
+            .flat_map(|t| t.partitions.values())
+            .filter(|p| p.partition >= 0)
+            .map(|p| i64::try_from(p.rxmsgs).unwrap_or(i64::MAX))
+            .sum();
+        self.consumer_fetched.fetch_max(fetched, Ordering::Relaxed);
+        self.statistics_seen.store(true, Ordering::Relaxed);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        clients::client_error(
+            &self.shared.control,
+            Cluster::Source,
+            self.shared.stream,
+            &error,
+            reason,
+        );
+    }
+}
+
+impl ConsumerContext for BatchContext {
+    fn pre_rebalance(&self, consumer: &BatchConsumer, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(tpl) => {
+                let partitions = partition_list(tpl);
+                self.shared.released(&partitions);
+                self.release(consumer, &partitions);
+                if !partitions.is_empty() {
+                    call_listener(
+                        &self.listener,
+                        &self.shared,
+                        "before_releasing_partitions",
+                        |l| l.before_releasing_partitions(&partitions),
+                    );
+                }
+            }
+            Rebalance::Assign(tpl) => {
+                // Paused before librdkafka starts them (the pause flag survives the assign);
+                // paused again after, in `post_rebalance`.
+                let _ = consumer.pause(tpl);
+                let partitions = partition_list(tpl);
+                if let Some(creator) = &self.topics {
+                    make_target_topics(creator, &partitions, &self.shared, self.topic_retry_limit);
+                }
+            }
+            Rebalance::Error(e) => {
+                tracing::warn!(stream = self.shared.stream, "rebalance error: {e}")
+            }
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BatchConsumer, rebalance: &Rebalance<'_>) {
+        Stats::add(&self.shared.stats.rebalances, 1);
+        if let Rebalance::Assign(tpl) = rebalance {
+            if let Err(e) = consumer.pause(tpl) {
+                self.shared.control.fail(format!(
+                    "stream {}: cannot pause the assigned partitions of the source consumer \
+                     ({e}); the batch engine reads them itself and must not let it fetch",
+                    self.shared.stream
+                ));
+                return;
+            }
+            self.shared.assigned.store(true, Ordering::SeqCst);
+            self.assign(consumer, tpl);
+            let partitions = partition_list(tpl);
+            self.shared.took(&partitions);
+            if !partitions.is_empty() {
+                let id = crate::native::member_id(consumer);
+                call_listener(
+                    &self.listener,
+                    &self.shared,
+                    "before_starting_fetchers",
+                    |l| l.before_starting_fetchers(&id, &partitions),
+                );
+            }
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        committed(&self.shared, &result, offsets.count());
+    }
+}
+
+impl BatchContext {
+    fn engine(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the assigned partitions at their committed offsets, or where
+    /// `auto.offset.reset` says.
+    fn assign(&self, consumer: &BatchConsumer, tpl: &TopicPartitionList) {
+        let stream = self.shared.stream;
+        let committed = match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+            Ok(c) => c,
+            Err(e) => {
+                self.shared.control.fail(format!(
+                    "stream {stream}: cannot read the committed offsets of the assigned \
+                     partitions: {e}; restart the mirror"
+                ));
+                return;
+            }
+        };
+        let mut engine = self.engine();
+        let mut list = Vec::new();
+        for e in committed.elements() {
+            let (topic, partition) = (e.topic().to_owned(), e.partition());
+            let start = match e.offset() {
+                rdkafka::Offset::Offset(o) => o,
+                _ => {
+                    let at = if self.reset_latest { -1 } else { -2 };
+                    match engine.fetcher.list_offset(&topic, partition, at) {
+                        Ok(o) => o,
+                        Err(reason) => {
+                            self.shared.control.fail(format!(
+                                "stream {stream}: source {topic}/{partition} has no committed \
+                                 offset and its start cannot be found: {reason}"
+                            ));
+                            return;
+                        }
+                    }
+                }
+            };
+            self.shared.tracker().expect_start(&topic, partition, start);
+            list.push(format!("{topic}/{partition} at {start}"));
+            let target_topic = self.target_template.render(&topic);
+            let max_batch = self
+                .limits
+                .read(std::slice::from_ref(&target_topic))
+                .first()
+                .map_or(engine.max_batch, |(_, limit)| {
+                    (*limit).min(engine.max_batch)
+                });
+            engine.parts.insert(
+                (topic, partition),
+                Part {
+                    target_topic,
+                    position: start,
+                    queue: VecDeque::new(),
+                    in_flight: None,
+                    max_batch,
+                    high_watermark: None,
+                },
+            );
+        }
+        tracing::info!(
+            stream,
+            "assigned {} (batch engine): {}",
+            counted(list.len(), "partition"),
+            list.join(" ")
+        );
+    }
+
+    /// Before partitions go: nothing of theirs is on the wire (rounds end before the consumer
+    /// is polled); their prepared batches are dropped (the next owner copies them from the
+    /// commit), the acknowledged offsets committed, the partitions forgotten.
+    fn release(&self, consumer: &BatchConsumer, partitions: &[Partition]) {
+        if partitions.is_empty() {
+            return;
+        }
+        let stream = self.shared.stream;
+        {
+            let mut engine = self.engine();
+            for p in partitions {
+                if let Some(part) = engine.parts.remove(p) {
+                    let first = part
+                        .in_flight
+                        .as_ref()
+                        .map(|(q, _)| q.sequence)
+                        .or_else(|| {
+                            part.queue.iter().find_map(|step| match step {
+                                Step::Send(q) => Some(q.sequence),
+                                Step::TooLarge { .. } => None,
+                            })
+                        });
+                    if let Some(sequence) = first {
+                        // A batch kept for a retry was answered with an error: not written.
+                        engine.producer.rewind(&part.target_topic, p.1, sequence);
+                    }
+                }
+            }
+        }
+        if !self.closing.load(Ordering::SeqCst) && !consumer.assignment_lost() {
+            match commit_sync(consumer, &self.shared, Some(partitions)) {
+                Ok(n) => tracing::info!(
+                    stream,
+                    "released {} after committing {}",
+                    counted(partitions.len(), "partition"),
+                    counted(n, "offset")
+                ),
+                Err(e) => tracing::warn!(
+                    stream,
+                    "commit before releasing {} failed: {e}; the next owner mirrors again what \
+                     was acknowledged after the last commit (duplicates, no loss)",
+                    counted(partitions.len(), "partition")
+                ),
+            }
+        }
+        self.shared.forget(partitions);
+    }
+}
+
+pub(crate) struct BatchStream<'s> {
+    stream: usize,
+    settings: &'s Settings,
+    shared: Arc<StreamShared>,
+    source: Source<BatchContext>,
+    subscription: Subscription,
+    gate: Arc<ShutdownGate>,
+    /// The source topics' ids: a topic deleted and created again is mirrored again from its
+    /// beginning.
+    topic_ids: TopicIds,
+    /// Until when `--throttle.*.per.second` holds the stream's fetches back.
+    throttled_until: Cell<Option<Instant>>,
+    /// Since when the throttle has held them: the time until the first fetch after they
+    /// resume is the time throttled (`mirror_throttled_seconds_total`).
+    throttled_since: Cell<Option<Instant>>,
+    /// When the replication delay and the lag are observed next, and how often.
+    next_observation: Cell<Instant>,
+    observe_interval: Duration,
+}
+
+impl<'s> BatchStream<'s> {
+    pub(crate) fn new(
+        stream: usize,
+        settings: &'s Settings,
+        control: Arc<Control>,
+        stats: Arc<Stats>,
+        gate: Arc<ShutdownGate>,
+        (topics, store, limits): (
+            Option<Arc<TopicCreator>>,
+            Option<Arc<MappingStore>>,
+            Arc<TargetLimits>,
+        ),
+    ) -> Result<BatchStream<'s>, BatchStreamError> {
+        let create = |client, reason: String| BatchStreamError::Create {
+            stream,
+            client,
+            reason,
+        };
+        let shared = StreamShared::new(
+            stream,
+            control,
+            stats,
+            settings.options.abort_on_send_failure,
+            store.map(|s| StreamMapping::new(s)),
+        );
+        let timeout = flush::request_timeout(&settings.producer);
+        let fetcher = Fetcher::new(&settings.consumer, timeout)
+            .map_err(|e| create("source fetcher", e.to_string()))?;
+        let producer = BatchProducer::new(&settings.producer, timeout)
+            .map_err(|e| create("target producer", e.to_string()))?;
+        let listener = settings
+            .listener
+            .as_ref()
+            .map(|l| l.instance().map(Mutex::new))
+            .transpose()
+            .map_err(|e| create("rebalance listener", e.to_string()))?;
+        let max_batch = settings
+            .producer
+            .get("message.max.bytes")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_MAX_BATCH)
+            .min(DEFAULT_MAX_BATCH);
+        let context = BatchContext {
+            shared: shared.clone(),
+            engine: Mutex::new(Engine {
+                fetcher,
+                producer,
+                parts: HashMap::new(),
+                max_batch,
+            }),
+            settings_gap: settings.on_source_gap,
+            target_template: settings.target_topic.clone(),
+            listener,
+            topics,
+            limits,
+            topic_retry_limit: Duration::from_millis(
+                (settings.consumer.max_poll_interval().as_millis() as u64) / 3,
+            ),
+            closing: false.into(),
+            consumer_fetched: 0.into(),
+            statistics_seen: false.into(),
+            reset_latest: settings
+                .consumer
+                .get("auto.offset.reset")
+                .is_some_and(|v| matches!(v, "latest" | "largest" | "end")),
+        };
+        let consumer: BatchConsumer = settings
+            .consumer
+            .client_config()
+            .create_with_context(context)
+            .map_err(|e| create("source consumer", e.to_string()))?;
+        let source = Source::new(consumer)
+            .ok_or_else(|| create("source consumer queue (is group.id set?)", String::new()))?;
+        Ok(BatchStream {
+            stream,
+            settings,
+            shared,
+            source,
+            subscription: Subscription::new(stream, ""),
+            gate,
+            topic_ids: TopicIds::new(stream, settings.options.topic_refresh_interval),
+            throttled_until: Cell::new(None),
+            throttled_since: Cell::new(None),
+            next_observation: Cell::new(Instant::now()),
+            observe_interval: settings
+                .consumer
+                .get("statistics.interval.ms")
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|ms| *ms > 0)
+                .map_or(DEFAULT_OBSERVE_INTERVAL, Duration::from_millis),
+        })
+    }
+
+    fn context(&self) -> &BatchContext {
+        self.source.consumer().context()
+    }
+
+    pub(crate) fn run(
+        mut self,
+        initial_topics: Vec<String>,
+    ) -> Result<StreamReport, BatchStreamError> {
+        let subscribed =
+            self.subscription
+                .subscribe(self.source.consumer(), self.settings, initial_topics);
+        if let Err(e) = subscribed {
+            self.gate.arrive();
+            return Err(e.into());
+        }
+        self.check_topic_ids();
+        let mut next_commit = Instant::now() + self.settings.options.commit_interval;
+        let mut next_refresh = Instant::now() + self.settings.options.topic_refresh_interval;
+        while !self.shared.control.stop_requested() {
+            self.poll_consumer(Duration::ZERO);
+            // Partitions of a topic found created again, assigned since the check.
+            self.restart_recreated();
+            let busy = self.turn();
+            if !busy {
+                // Held by the throttle: back as its debt is paid.
+                let wait = self.throttled_until.get().map_or(IDLE_POLL, |until| {
+                    until
+                        .saturating_duration_since(Instant::now())
+                        .clamp(Duration::from_millis(1), IDLE_POLL)
+                });
+                self.poll_consumer(wait);
+            }
+            let now = Instant::now();
+            self.shared.turned(now);
+            if now >= next_commit {
+                let _ = commit_async(&self.source, &self.shared);
+                next_commit = now + self.settings.options.commit_interval;
+            } else {
+                let _ = commit_stored(&self.source, &self.shared);
+            }
+            if now >= next_refresh {
+                self.subscription
+                    .refresh(self.source.consumer(), self.settings);
+                self.check_topic_ids();
+                next_refresh = Instant::now() + self.settings.options.topic_refresh_interval;
+            }
+        }
+        self.shutdown()
+    }
+
+    /// Asks the source for the ids of the subscribed topics (see [`crate::mirror::topic_ids`]):
+    /// a topic whose id changed was deleted and created again, and a fetch at the old
+    /// position would read the new topic from there; its partitions are started again from
+    /// offset 0.
+    fn check_topic_ids(&mut self) {
+        self.topic_ids.check(
+            self.source.consumer().client(),
+            self.subscription.topics(),
+            &self.shared.stats.recorded,
+        );
+        self.restart_recreated();
+    }
+
+    /// Starts the assigned partitions of source topics found created again from offset 0 of
+    /// the new topic, each once, between rounds: their prepared batches of the old topic not
+    /// yet sent are dropped (their sequences given back), the one on its way is acknowledged
+    /// as any other (copied from the old topic); the tracker's commit point is 0 at once and
+    /// the old topic's acknowledgements never move it.
+    fn restart_recreated(&mut self) {
+        if !self.topic_ids.has_pending() {
+            return;
+        }
+        let context = self.source.consumer().context();
+        let mut engine = context.engine();
+        let Engine {
+            parts, producer, ..
+        } = &mut *engine;
+        let assigned: Vec<Partition> = parts.keys().cloned().collect();
+        let mut started = Vec::new();
+        for key in self.topic_ids.due(&assigned) {
+            let Some(part) = parts.get_mut(&key) else {
+                continue;
+            };
+            let first = part.queue.iter().find_map(|step| match step {
+                Step::Send(q) => Some(q.sequence),
+                Step::TooLarge { .. } => None,
+            });
+            if let Some(sequence) = first {
+                producer.rewind(&part.target_topic, key.1, sequence);
+            }
+            part.queue.clear();
+            let abandoned = part.position;
+            part.position = 0;
+            self.shared.tracker().restart_at(&key.0, key.1, 0);
+            started.push((key.0, key.1, Some(abandoned)));
+        }
+        drop(engine);
+        self.topic_ids.report(&started);
+    }
+
+    /// Serves the consumer's events (rebalances, commit results, statistics). A record it
+    /// returns would mean it fetched: counted, never mirrored (our fetcher reads it).
+    fn poll_consumer(&self, timeout: Duration) {
+        match self.source.poll(timeout) {
+            Polled::Nothing => {}
+            Polled::Record(r) => {
+                tracing::warn!(
+                    stream = self.stream,
+                    "the source consumer returned {}/{} offset {} although its partitions are \
+                     paused; not mirrored from it (the batch engine reads the partition itself)",
+                    r.topic(),
+                    r.partition(),
+                    r.offset()
+                );
+                self.context()
+                    .consumer_fetched
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Polled::Error { error, reason } => clients::client_error(
+                &self.shared.control,
+                Cluster::Source,
+                self.stream,
+                &error,
+                &reason,
+            ),
+        }
+    }
+
+    /// One Produce round, with the next fetch on the wire meanwhile. Returns whether there is
+    /// work left.
+    ///
+    /// The fetch asks for every partition that will have nothing queued once this round has
+    /// sent its next batch, and is sent before the round and read after it: the source's
+    /// leaders answer while the target's acknowledge (the two waits overlap, where a fetch
+    /// after the round would add them up). Each partition still has at most one batch in
+    /// flight, and what is fetched is queued behind what is already queued, in offset order.
+    fn turn(&self) -> bool {
+        let context = self.context();
+        let mut engine = context.engine();
+        let engine = &mut *engine;
+        let pending = engine
+            .parts
+            .values()
+            .any(|p| !p.queue.is_empty() || p.in_flight.is_some());
+        let throttled = self.throttled(Instant::now());
+        let wanted: Vec<(String, i32, i64)> = engine
+            .parts
+            .iter()
+            .filter(|(_, p)| !throttled && p.queue.len() <= usize::from(p.in_flight.is_none()))
+            .map(|((t, n), p)| (t.clone(), *n, p.position))
+            .collect();
+        let fetch = (!wanted.is_empty()).then(|| {
+            let wait = if pending {
+                Duration::ZERO
+            } else {
+                IDLE_FETCH_WAIT
+            };
+            engine.fetcher.send(wanted, wait)
+        });
+        let more = self.round(engine);
+        let Some(fetch) = fetch else {
+            self.observe(engine);
+            return more;
+        };
+        let fetched = engine.fetcher.receive(fetch);
+        if let Some(since) = self.throttled_since.take() {
+            // From the pause to the first fetch after it, as the record engine counts.
+            let held = since.elapsed().as_micros() as u64;
+            Stats::add(&self.shared.stats.throttled_micros, held);
+        }
+        for f in fetched {
+            if self.shared.control.stop_requested() {
+                return false;
+            }
+            self.take(engine, f);
+        }
+        self.observe(engine);
+        more || engine.parts.values().any(|p| !p.queue.is_empty())
+    }
+
+    /// Whether the throttle holds the fetches back at `now` (the time held counted from the
+    /// first turn it does).
+    fn throttled(&self, now: Instant) -> bool {
+        match self.throttled_until.get() {
+            Some(until) if now < until => {
+                if self.throttled_since.get().is_none() {
+                    self.throttled_since.set(Some(now));
+                }
+                true
+            }
+            Some(_) => {
+                self.throttled_until.set(None);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Charges one outgoing batch to the throttle, if there is one; a debt of [`MIN_PAUSE`]
+    /// or more holds the fetches back until it is paid (a smaller one is carried).
+    fn charge(&self, out: &OutBatch) {
+        let Some(throttle) = self.shared.stats.throttle.get() else {
+            return;
+        };
+        let (bytes, records) = out.throttle_cost();
+        let wait = throttle.charge_batch(bytes, records);
+        if wait >= MIN_PAUSE {
+            let until = Instant::now() + wait;
+            if self.throttled_until.get().is_none_or(|u| until > u) {
+                self.throttled_until.set(Some(until));
+            }
+        }
+    }
+
+    /// Once per statistics interval: every owned partition's lag and replication delay, from
+    /// its latest fetched high watermark (partitions not fetched yet are left out).
+    fn observe(&self, engine: &Engine) {
+        let now = Instant::now();
+        if now < self.next_observation.get() {
+            return;
+        }
+        self.next_observation.set(now + self.observe_interval);
+        let mut lag = Vec::new();
+        let mut observations = Vec::new();
+        for ((topic, partition), part) in &engine.parts {
+            let Some(high_watermark) = part.high_watermark else {
+                continue;
+            };
+            lag.push(PartitionLag {
+                topic: topic.clone(),
+                partition: *partition,
+                records: (high_watermark - part.position).max(0),
+            });
+            observations.push(Observation {
+                partition: (topic.clone(), *partition),
+                high_watermark,
+                replicated_to: Some(part.replicated_to()),
+            });
+        }
+        *self.shared.lag.lock().unwrap_or_else(|e| e.into_inner()) = lag;
+        self.shared.delay.observe(now, &observations);
+    }
+
+    /// Prepares the batches of one fetched partition.
+    fn take(&self, engine: &mut Engine, fetched: Fetched) {
+        let key = (fetched.topic, fetched.partition);
+        let (topic, partition) = (&key.0, key.1);
+        let Some(part) = engine.parts.get_mut(&key) else {
+            return;
+        };
+        if part.position != fetched.from {
+            return;
+        }
+        let data = match fetched.result {
+            Ok(d) => d,
+            Err(1) => {
+                // OFFSET_OUT_OF_RANGE: the source deleted records before they were read.
+                let earliest = engine.fetcher.list_offset(topic, partition, -2);
+                let latest = engine.fetcher.list_offset(topic, partition, -1);
+                match (earliest, latest) {
+                    (Ok(earliest), _) if part.position < earliest => {
+                        let skipped = earliest - part.position;
+                        self.shared
+                            .stats
+                            .recorded
+                            .count_skipped("retention", skipped as u64);
+                        if self.context().settings_gap == SourceGap::Abort {
+                            self.shared.control.fail(format!(
+                                "source records {topic}/{partition} offsets {} to {} ({skipped} \
+                                 records) were deleted by the source's retention before they \
+                                 were mirrored; they are not on the target. Stopping \
+                                 (--on.source.gap abort) with the committed offset at or \
+                                 before {}; to mirror on from offset {earliest} anyway, \
+                                 restart with --on.source.gap skip",
+                                part.position,
+                                earliest - 1,
+                                part.position
+                            ));
+                            return;
+                        }
+                        tracing::warn!(
+                            stream = self.stream,
+                            "source records {topic}/{partition} offsets {} to {} ({skipped} \
+                             records) were deleted by the source's retention before they were \
+                             mirrored; they are not on the target. Mirroring goes on from \
+                             offset {earliest}",
+                            part.position,
+                            earliest - 1
+                        );
+                        part.position = earliest;
+                        self.shared
+                            .tracker()
+                            .expect_start(topic, partition, earliest);
+                    }
+                    (_, Ok(latest)) if part.position > latest => {
+                        tracing::warn!(
+                            stream = self.stream,
+                            "source {topic}/{partition}: offset {} is past the end ({latest}); \
+                             going on from {latest}",
+                            part.position
+                        );
+                        part.position = latest;
+                    }
+                    (e, l) => tracing::debug!(
+                        "source {topic}/{partition}: OFFSET_OUT_OF_RANGE, then {:?} {:?}",
+                        e.err(),
+                        l.err()
+                    ),
+                }
+                return;
+            }
+            Err(code) => {
+                tracing::debug!(
+                    stream = self.stream,
+                    "fetch of source {topic}/{partition} at {}: {}",
+                    part.position,
+                    super::wire::error_name(code)
+                );
+                return;
+            }
+        };
+        self.shared.source_up.store(true, Ordering::Relaxed);
+        part.high_watermark = Some(data.high_watermark);
+        let mut filter = AbortedFilter::new(data.aborted);
+        let mut batches = split(data.records);
+        for batch in batches.by_ref() {
+            let batch = match batch {
+                Ok(b) => b,
+                Err(e) => {
+                    self.shared.control.fail(format!(
+                        "stream {}: source {topic}/{partition}: {e}",
+                        self.stream
+                    ));
+                    return;
+                }
+            };
+            if batch.last_offset() < part.position {
+                continue;
+            }
+            let next = batch.last_offset() + 1;
+            if filter.is_aborted(&batch) || batch.is_control() {
+                part.position = next;
+                continue;
+            }
+            // A record the target topic cannot take splits the batch: what is before it is
+            // sent, the record met as a send failure in its turn, what follows prepared after.
+            let mut from = part.position;
+            loop {
+                let stamp = engine.producer.stamp(&part.target_topic, partition);
+                let (outs, too_large) = match prepare(&batch, from, part.max_batch, stamp) {
+                    Ok(outs) => (outs, None),
+                    Err(BatchError::RecordTooLarge {
+                        offset,
+                        size,
+                        limit,
+                    }) => match prepare_before(&batch, from, offset, part.max_batch, stamp) {
+                        Ok(outs) => (outs, Some((offset, size, limit))),
+                        Err(e) => {
+                            self.shared.control.fail(format!(
+                                "stream {}: source {topic}/{partition}: {e}",
+                                self.stream
+                            ));
+                            return;
+                        }
+                    },
+                    Err(e) => {
+                        self.shared.control.fail(format!(
+                            "stream {}: source {topic}/{partition}: {e}",
+                            self.stream
+                        ));
+                        return;
+                    }
+                };
+                let mut sequence = stamp.base_sequence;
+                for out in outs {
+                    Stats::add(&self.shared.stats.consumed, out.records as u64);
+                    Stats::add(&self.shared.stats.consumed_bytes, out.size() as u64);
+                    self.charge(&out);
+                    engine
+                        .producer
+                        .advance(&part.target_topic, partition, out.records);
+                    let bytes = out.to_bytes();
+                    let records = out.records;
+                    part.queue.push_back(Step::Send(Queued {
+                        out,
+                        bytes,
+                        sequence,
+                    }));
+                    sequence = super::batch::next_sequence(sequence, records);
+                }
+                let Some((offset, size, limit)) = too_large else {
+                    break;
+                };
+                Stats::add(&self.shared.stats.consumed, 1);
+                part.queue.push_back(Step::TooLarge {
+                    offset,
+                    size,
+                    limit,
+                });
+                from = offset + 1;
+            }
+            part.position = next;
+        }
+        self.settle(&key, part);
+    }
+
+    /// Sends the next batch of every partition that has one (or the one to retry) and
+    /// applies the answers. Returns whether anything is left to send.
+    fn round(&self, engine: &mut Engine) -> bool {
+        let mut keys: Vec<Partition> = Vec::new();
+        for (key, part) in engine.parts.iter_mut() {
+            while part.in_flight.is_none() {
+                let q = match part.queue.pop_front() {
+                    None => break,
+                    Some(Step::Send(q)) => q,
+                    Some(Step::TooLarge {
+                        offset,
+                        size,
+                        limit,
+                    }) => {
+                        self.too_large(key, &part.target_topic, offset, size, limit);
+                        if self.settings.options.abort_on_send_failure {
+                            // Nothing after it is sent: the stream stops here.
+                            part.queue.clear();
+                            return false;
+                        }
+                        continue;
+                    }
+                };
+                let ticket = self.shared.tracker().begin(
+                    &key.0,
+                    key.1,
+                    q.out.first_source_offset,
+                    None,
+                    q.out.size(),
+                    1,
+                );
+                Stats::add(&self.shared.stats.produced, q.out.records as u64);
+                part.in_flight = Some((q, ticket));
+            }
+            if part.in_flight.is_some() {
+                keys.push(key.clone());
+            }
+        }
+        if keys.is_empty() {
+            return false;
+        }
+        let items: Vec<RoundItem<'_>> = keys
+            .iter()
+            .map(|k| {
+                let part = &engine.parts[k];
+                let (q, _) = part.in_flight.as_ref().expect("set above");
+                RoundItem {
+                    topic: &part.target_topic,
+                    partition: k.1,
+                    batch: q.bytes.clone(),
+                }
+            })
+            .collect();
+        let outcomes = engine.producer.send_round(&items);
+        drop(items);
+        let mut retries = 0;
+        for (key, outcome) in keys.iter().zip(outcomes) {
+            let part = engine.parts.get_mut(key).expect("kept during the round");
+            match outcome {
+                Outcome::Acked { base_offset } => {
+                    let (q, ticket) = part.in_flight.take().expect("sent");
+                    self.acked(key, &part.target_topic, &q.out, ticket, base_offset);
+                    self.settle(key, part);
+                }
+                Outcome::Retry { reason } => {
+                    retries += 1;
+                    tracing::debug!(
+                        stream = self.stream,
+                        "target {}/{}: {reason}; sending the batch of source offsets {} to {} \
+                         again",
+                        part.target_topic,
+                        key.1,
+                        part.in_flight
+                            .as_ref()
+                            .map_or(0, |q| q.0.out.first_source_offset),
+                        part.in_flight
+                            .as_ref()
+                            .map_or(0, |q| q.0.out.last_source_offset)
+                    );
+                }
+                Outcome::Refused { code, message } => {
+                    let (q, ticket) = part.in_flight.take().expect("sent");
+                    self.refused(key, &part.target_topic, &q.out, ticket, &code, &message);
+                    if self.settings.options.abort_on_send_failure {
+                        // Nothing after it is sent: the stream stops here.
+                        part.queue.clear();
+                        return false;
+                    }
+                    self.settle(key, part);
+                }
+            }
+        }
+        self.shared
+            .target_up
+            .store(retries < keys.len(), Ordering::Relaxed);
+        if retries == keys.len() {
+            std::thread::sleep(RETRY_BACKOFF);
+        }
+        true
+    }
+
+    /// A partition with nothing queued or in flight is done up to its fetch position: the
+    /// batches between its last acknowledged one and that position were dropped (transaction
+    /// markers, aborted transactions, empty batches), so the commit point follows, and a
+    /// source whose log ends with a marker is committed to its end (lag 0).
+    fn settle(&self, key: &Partition, part: &Part) {
+        if part.in_flight.is_none() && part.queue.is_empty() {
+            self.shared
+                .tracker()
+                .advance_to_position(&key.0, key.1, part.position);
+        }
+    }
+
+    fn acked(
+        &self,
+        key: &Partition,
+        target_topic: &str,
+        out: &OutBatch,
+        ticket: Ticket,
+        base_offset: i64,
+    ) {
+        let mut tracker = self.shared.tracker();
+        tracker.ack(ticket);
+        tracker.advance_to_position(&key.0, key.1, out.last_source_offset + 1);
+        if let Some(mapping) = &self.shared.mapping {
+            let mut recorder = mapping.recorder();
+            for i in 0..out.records.max(0) as usize {
+                let target_offset = if base_offset < 0 {
+                    -1
+                } else {
+                    base_offset + i as i64
+                };
+                recorder.acked(
+                    (&key.0, key.1),
+                    out.source_offset(i),
+                    (target_topic, key.1),
+                    target_offset,
+                );
+            }
+        }
+        drop(tracker);
+        Stats::add(&self.shared.stats.acknowledged, out.records as u64);
+    }
+
+    fn refused(
+        &self,
+        key: &Partition,
+        target_topic: &str,
+        out: &OutBatch,
+        ticket: Ticket,
+        code: &str,
+        message: &str,
+    ) {
+        self.shared.stats.recorded.count_send_error(code.to_owned());
+        let what = format!(
+            "target {target_topic}/{} refused the batch of source {}/{} offsets {} to {} ({}): \
+             {code}{}{message}",
+            key.1,
+            key.0,
+            key.1,
+            out.first_source_offset,
+            out.last_source_offset,
+            counted(out.records, "record"),
+            if message.is_empty() { "" } else { ": " }
+        );
+        if self.settings.options.abort_on_send_failure {
+            self.shared.tracker().fail(ticket);
+            self.shared.control.fail(format!(
+                "stream {}: {what}; stopping (--abort.on.send.failure true) with the committed \
+                 offset at {}: fix the cause and restart",
+                self.stream, out.first_source_offset
+            ));
+        } else {
+            tracing::warn!(
+                stream = self.stream,
+                "{what}; skipped (--abort.on.send.failure false)"
+            );
+            Stats::add(&self.shared.stats.dropped, out.records as u64);
+            let mut tracker = self.shared.tracker();
+            tracker.ack(ticket);
+            tracker.advance_to_position(&key.0, key.1, out.last_source_offset + 1);
+        }
+    }
+
+    /// A source record no batch the target topic takes can hold, met after every batch before
+    /// it was acknowledged: the send failure the target would answer (MESSAGE_TOO_LARGE), as
+    /// the record engine meets it. Abort: the commit point stays at it and the stream stops;
+    /// skip: dropped and counted, the commit point past it.
+    fn too_large(
+        &self,
+        key: &Partition,
+        target_topic: &str,
+        offset: i64,
+        size: usize,
+        limit: usize,
+    ) {
+        let code = super::wire::error_name(10);
+        self.shared.stats.recorded.count_send_error(code.clone());
+        let what = format!(
+            "source {}/{} offset {offset}: the record makes a batch of {size} bytes alone, \
+             larger than target topic {target_topic} partition {} takes (max.message.bytes \
+             {limit}): {code}",
+            key.0, key.1, key.1
+        );
+        let mut tracker = self.shared.tracker();
+        if self.settings.options.abort_on_send_failure {
+            tracker.begin_failed(&key.0, key.1, offset, None, size);
+            drop(tracker);
+            self.shared.control.fail(format!(
+                "stream {}: {what}; stopping (--abort.on.send.failure true) with the committed \
+                 offset at {offset}: raise the target topic's max.message.bytes to at least \
+                 {size} and restart",
+                self.stream
+            ));
+        } else {
+            let ticket = tracker.begin(&key.0, key.1, offset, None, size, 1);
+            tracker.ack(ticket);
+            tracker.advance_to_position(&key.0, key.1, offset + 1);
+            drop(tracker);
+            Stats::add(&self.shared.stats.dropped, 1);
+            tracing::warn!(
+                stream = self.stream,
+                "{what}; skipped (--abort.on.send.failure false)"
+            );
+        }
+    }
+
+    /// Stop fetching (nothing is on the wire between turns), commit what was acknowledged,
+    /// leave the group.
+    fn shutdown(self) -> Result<StreamReport, BatchStreamError> {
+        let started = Instant::now();
+        let timeout = self.settings.options.shutdown_timeout;
+        let id = self.stream;
+        let unacknowledged = self.shared.tracker().in_flight();
+        let retry = timeout.max(Duration::from_secs(10));
+        let committed = if self.shared.assigned.load(Ordering::SeqCst) {
+            final_commit(&self.source, &self.shared, retry)
+        } else {
+            Ok(0)
+        };
+        self.gate.arrive();
+        self.gate.wait(timeout);
+        self.context().closing.store(true, Ordering::SeqCst);
+        self.source.consumer().unsubscribe();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut quiet_since: Option<Instant> = None;
+        while Instant::now() < deadline {
+            self.poll_consumer(Duration::from_millis(20));
+            let unassigned = self
+                .source
+                .consumer()
+                .assignment()
+                .is_ok_and(|a| a.count() == 0);
+            let now = Instant::now();
+            if !unassigned {
+                quiet_since = None;
+            } else if now.duration_since(*quiet_since.get_or_insert(now))
+                >= Duration::from_millis(100)
+            {
+                break;
+            }
+        }
+        let context = self.context();
+        let fetched = context.consumer_fetched.load(Ordering::Relaxed);
+        if context.statistics_seen.load(Ordering::Relaxed) || fetched > 0 {
+            tracing::info!(
+                stream = id,
+                "the source consumer fetched {} itself (librdkafka statistics: rxmsgs)",
+                counted(fetched, "record")
+            );
+        }
+        drop(self.source);
+        let n = committed.map_err(|source| BatchStreamError::FinalCommit { stream: id, source })?;
+        tracing::info!(
+            stream = id,
+            "stopped: committed {}, {} unacknowledged, in {:?}",
+            counted(n, "partition"),
+            counted(unacknowledged, "batch"),
+            started.elapsed()
+        );
+        Ok(StreamReport { unacknowledged })
+    }
+}

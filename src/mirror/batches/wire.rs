@@ -1,0 +1,476 @@
+//! A blocking connection to one broker: size-prefixed frames, requests and responses encoded
+//! and decoded only by the `kafka-protocol` crate, correlation ids checked, and each API
+//! spoken at the highest version both sides support within the range this engine handles
+//! (ApiVersions asked once at connect). Over TCP or TLS ([`super::tls`]), authenticated with
+//! SASL after ApiVersions where the config asks for it ([`super::sasl`]).
+//!
+//! Requests can be pipelined: [`Connection::send`] writes one and returns its ticket,
+//! [`Connection::receive`] reads the answers in the order they were sent (Kafka answers in
+//! order on one connection).
+//!
+//! Waits are bounded by deadlines, not per call: [`Connection::receive_by`] waits for an
+//! answer until a deadline its caller shares among several brokers (requests sent together
+//! wait together), and [`Connection::connect`] ends its handshake by one, so that a round over
+//! brokers that do not answer costs one timeout, not one per broker.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiVersionsRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
+    SaslHandshakeRequest,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+
+use super::sasl::Sasl;
+use super::tls::{Stream, Tls};
+
+/// The versions of each API this engine speaks. Fetch stays at or below 12 and Produce at or
+/// below 12: later versions name topics by id only.
+fn supported(api_key: i16) -> Option<(i16, i16)> {
+    use kafka_protocol::messages::*;
+    Some(match api_key {
+        ProduceRequest::KEY => (3, 12),
+        FetchRequest::KEY => (4, 12),
+        ListOffsetsRequest::KEY => (2, 7),
+        MetadataRequest::KEY => (4, 12),
+        InitProducerIdRequest::KEY => (0, 4),
+        ApiVersionsRequest::KEY => (3, 3),
+        SaslHandshakeRequest::KEY => (1, 1),
+        SaslAuthenticateRequest::KEY => (0, 2),
+        _ => return None,
+    })
+}
+
+/// The largest response frame accepted (a fetch answers at most `fetch.max.bytes`, 50 MiB by
+/// default, plus its framing).
+const MAX_FRAME: usize = 256 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WireError {
+    #[error("broker {broker}: {what}: {source}")]
+    Io {
+        broker: String,
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("broker {broker}: cannot encode or decode {api}: {reason}")]
+    Codec {
+        broker: String,
+        api: &'static str,
+        reason: String,
+    },
+    #[error("broker {broker}: answered correlation id {got}, expected {expected}; the connection is dropped")]
+    Correlation {
+        broker: String,
+        expected: i32,
+        got: i32,
+    },
+    #[error("broker {broker}: speaks {api} versions {theirs}, this engine {ours}; use --copy.mode records with this broker")]
+    Version {
+        broker: String,
+        api: &'static str,
+        ours: String,
+        theirs: String,
+    },
+    #[error("broker {broker}: a response frame of {size} bytes is larger than {MAX_FRAME}")]
+    Frame { broker: String, size: i64 },
+    #[error("broker {broker}: ApiVersions failed with error code {code}")]
+    ApiVersions { broker: String, code: i16 },
+    #[error("the {role} cluster's broker {broker}: the TLS handshake failed: {reason}; check the ssl.* keys of the {config}")]
+    Tls {
+        role: &'static str,
+        config: &'static str,
+        broker: String,
+        reason: String,
+    },
+    #[error(
+        "the {role} cluster's broker {broker} refused SASL {mechanism} authentication: {message}"
+    )]
+    Auth {
+        role: &'static str,
+        broker: String,
+        mechanism: &'static str,
+        message: String,
+    },
+}
+
+/// How one cluster's connections are made: what every [`Connection::connect`] needs.
+pub(crate) struct Dial {
+    /// `source` or `target`, for messages.
+    pub(crate) role: &'static str,
+    /// `consumer config` or `producer config`, for messages.
+    pub(crate) config: &'static str,
+    pub(crate) client_id: String,
+    pub(crate) timeout: Duration,
+    /// With SSL and SASL_SSL.
+    pub(crate) tls: Option<Tls>,
+    /// With SASL_PLAINTEXT and SASL_SSL.
+    pub(crate) sasl: Option<Sasl>,
+}
+
+/// A request sent and not yet answered.
+struct Sent {
+    correlation: i32,
+    api_key: i16,
+    version: i16,
+}
+
+/// One TCP (or TLS) connection to one broker.
+pub(crate) struct Connection {
+    stream: Stream,
+    role: &'static str,
+    broker: String,
+    client_id: StrBytes,
+    next_correlation: i32,
+    versions: HashMap<i16, (i16, i16)>,
+    sent: VecDeque<Sent>,
+    /// When the broker's SASL session (KIP-368 `connections.max.reauth.ms`) is near its end:
+    /// the connection is then made again rather than authenticated again.
+    renew_at: Option<Instant>,
+    /// How long an answer may take (`request.timeout.ms`).
+    timeout: Duration,
+}
+
+impl Connection {
+    /// Connects to `address` (host:port), with TLS if `dial` has it, asks which API versions
+    /// it speaks, and authenticates if `dial` has SASL credentials, giving up at `deadline`;
+    /// later answers may take `dial.timeout` each.
+    pub(crate) fn connect(
+        address: &str,
+        dial: &Dial,
+        deadline: Instant,
+    ) -> Result<Connection, WireError> {
+        let timeout = dial.timeout;
+        let io = |what, source| WireError::Io {
+            broker: address.to_owned(),
+            what,
+            source,
+        };
+        let addr = address
+            .to_socket_addrs()
+            .map_err(|e| io("cannot resolve the address", e))?
+            .next()
+            .ok_or_else(|| {
+                io(
+                    "the address resolves to nothing",
+                    std::io::Error::from(std::io::ErrorKind::NotFound),
+                )
+            })?;
+        let left = remaining(deadline).ok_or_else(|| {
+            io(
+                "cannot connect",
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            )
+        })?;
+        let stream =
+            TcpStream::connect_timeout(&addr, left).map_err(|e| io("cannot connect", e))?;
+        stream
+            .set_read_timeout(Some(timeout))
+            .and_then(|()| stream.set_write_timeout(Some(timeout)))
+            .and_then(|()| stream.set_nodelay(true))
+            .map_err(|e| io("cannot set up the socket", e))?;
+        let stream = match &dial.tls {
+            None => Stream::Plain(stream),
+            Some(tls) => {
+                let host = host_of(address);
+                Stream::Tls(Box::new(tls.handshake(host, stream).map_err(|reason| {
+                    WireError::Tls {
+                        role: dial.role,
+                        config: dial.config,
+                        broker: address.to_owned(),
+                        reason,
+                    }
+                })?))
+            }
+        };
+        let mut conn = Connection {
+            stream,
+            role: dial.role,
+            broker: address.to_owned(),
+            client_id: StrBytes::from_string(dial.client_id.clone()),
+            next_correlation: 0,
+            versions: HashMap::new(),
+            sent: VecDeque::new(),
+            renew_at: None,
+            timeout,
+        };
+        let request = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("mirror-maker"))
+            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        conn.versions.insert(ApiVersionsRequest::KEY, (3, 3));
+        conn.send(&request)?;
+        let response = conn.receive_by::<ApiVersionsRequest>(deadline)?;
+        if response.error_code != 0 {
+            return Err(WireError::ApiVersions {
+                broker: conn.broker.clone(),
+                code: response.error_code,
+            });
+        }
+        conn.versions = response
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect();
+        if let Some(sasl) = &dial.sasl {
+            conn.authenticate(sasl)?;
+        }
+        Ok(conn)
+    }
+
+    /// SaslHandshake v1, then SaslAuthenticate until the mechanism's exchange is complete.
+    fn authenticate(&mut self, sasl: &Sasl) -> Result<(), WireError> {
+        let started = Instant::now();
+        let mechanism = sasl.mechanism.name();
+        let refused = |conn: &Connection, message: String| WireError::Auth {
+            role: conn.role,
+            broker: conn.broker.clone(),
+            mechanism,
+            message,
+        };
+        let handshake = self.call(
+            &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism)),
+        )?;
+        if handshake.error_code != 0 {
+            let enabled: Vec<&str> = handshake.mechanisms.iter().map(|m| m.as_str()).collect();
+            return Err(refused(
+                self,
+                format!(
+                    "{} (the broker enables {}); set sasl.mechanism to one of them",
+                    error_name(handshake.error_code),
+                    enabled.join(", ")
+                ),
+            ));
+        }
+        let (mut message, mut exchange) = sasl.start();
+        loop {
+            let response = self
+                .call(&SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(message)))?;
+            if response.error_code != 0 {
+                let said = response
+                    .error_message
+                    .as_ref()
+                    .map(|m| m.as_str().to_owned())
+                    .unwrap_or_default();
+                return Err(refused(
+                    self,
+                    format!(
+                        "authentication failed: {} {said}; check sasl.username and \
+                         sasl.password",
+                        error_name(response.error_code)
+                    ),
+                ));
+            }
+            match exchange
+                .answer(sasl, &response.auth_bytes)
+                .map_err(|e| refused(self, e))?
+            {
+                Some(next) => message = next,
+                None => {
+                    if response.session_lifetime_ms > 0 {
+                        // Made again at 85 % of the session (KIP-368); librdkafka
+                        // reauthenticates at 90 %, this a little earlier as a connection is
+                        // only made again between requests.
+                        let lifetime = Duration::from_millis(response.session_lifetime_ms as u64);
+                        self.renew_at = Some(started + lifetime.mul_f64(0.85));
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// The broker's address, as connected to.
+    pub(crate) fn broker(&self) -> &str {
+        &self.broker
+    }
+
+    /// Whether the connection should be made again before the next request: its SASL
+    /// session is near its end and no answer is owed on it.
+    pub(crate) fn due_for_renewal(&self) -> bool {
+        self.sent.is_empty() && self.renew_at.is_some_and(|at| Instant::now() >= at)
+    }
+
+    /// The version `R` is sent at: the highest both sides speak.
+    pub(crate) fn version<R: Request>(&self) -> Result<i16, WireError> {
+        let (our_min, our_max) = supported(R::KEY).unwrap_or((R::VERSIONS.min, R::VERSIONS.max));
+        let version_error = |theirs: String| WireError::Version {
+            broker: self.broker.clone(),
+            api: api_name(R::KEY),
+            ours: format!("{our_min}..={our_max}"),
+            theirs,
+        };
+        let (min, max) = *self
+            .versions
+            .get(&R::KEY)
+            .ok_or_else(|| version_error("none".to_owned()))?;
+        let version = max.min(our_max);
+        if version < our_min || version < min {
+            return Err(version_error(format!("{min}..={max}")));
+        }
+        Ok(version)
+    }
+
+    /// Writes one request; its answer is read by [`receive`](Self::receive), in order.
+    pub(crate) fn send<R: Request>(&mut self, request: &R) -> Result<(), WireError> {
+        let version = self.version::<R>()?;
+        let correlation = self.next_correlation;
+        self.next_correlation = self.next_correlation.wrapping_add(1);
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation)
+            .with_client_id(Some(self.client_id.clone()));
+        let codec = |e: anyhow::Error| WireError::Codec {
+            broker: self.broker.clone(),
+            api: api_name(R::KEY),
+            reason: format!("{e:#}"),
+        };
+        let header_version = R::header_version(version);
+        let size = header
+            .compute_size(header_version)
+            .and_then(|h| request.compute_size(version).map(|b| h + b))
+            .map_err(codec)?;
+        let mut frame = BytesMut::with_capacity(4 + size);
+        frame.put_i32(i32::try_from(size).unwrap_or(i32::MAX));
+        header.encode(&mut frame, header_version).map_err(codec)?;
+        request.encode(&mut frame, version).map_err(codec)?;
+        self.stream
+            .write_all(&frame)
+            .map_err(|source| WireError::Io {
+                broker: self.broker.clone(),
+                what: "cannot send a request",
+                source,
+            })?;
+        self.sent.push_back(Sent {
+            correlation,
+            api_key: R::KEY,
+            version,
+        });
+        Ok(())
+    }
+
+    /// Reads the answer to the oldest request sent and not yet answered, which must be an `R`,
+    /// waiting at most the request timeout.
+    pub(crate) fn receive<R: Request>(&mut self) -> Result<R::Response, WireError> {
+        self.receive_by::<R>(Instant::now() + self.timeout)
+    }
+
+    /// As [`receive`](Self::receive), waiting until `deadline` at most (for the whole
+    /// answer, not for each read).
+    pub(crate) fn receive_by<R: Request>(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<R::Response, WireError> {
+        let sent = self.sent.pop_front().ok_or_else(|| WireError::Codec {
+            broker: self.broker.clone(),
+            api: api_name(R::KEY),
+            reason: "no request is waiting for an answer".to_owned(),
+        })?;
+        if sent.api_key != R::KEY {
+            return Err(WireError::Codec {
+                broker: self.broker.clone(),
+                api: api_name(R::KEY),
+                reason: format!("the next answer is to {}", api_name(sent.api_key)),
+            });
+        }
+        let io = |what, source| WireError::Io {
+            broker: self.broker.clone(),
+            what,
+            source,
+        };
+        let mut size = [0u8; 4];
+        read_by(&mut self.stream, &mut size, deadline).map_err(|e| io("no answer", e))?;
+        let size = i32::from_be_bytes(size);
+        if size < 0 || size as usize > MAX_FRAME {
+            return Err(WireError::Frame {
+                broker: self.broker.clone(),
+                size: i64::from(size),
+            });
+        }
+        let mut body = vec![0u8; size as usize];
+        read_by(&mut self.stream, &mut body, deadline)
+            .map_err(|e| io("the answer broke off", e))?;
+        let mut body = Bytes::from(body);
+        let codec = |e: anyhow::Error| WireError::Codec {
+            broker: self.broker.clone(),
+            api: api_name(R::KEY),
+            reason: format!("{e:#}"),
+        };
+        let header_version = <R::Response as HeaderVersion>::header_version(sent.version);
+        let header = ResponseHeader::decode(&mut body, header_version).map_err(codec)?;
+        if header.correlation_id != sent.correlation {
+            return Err(WireError::Correlation {
+                broker: self.broker.clone(),
+                expected: sent.correlation,
+                got: header.correlation_id,
+            });
+        }
+        R::Response::decode(&mut body, sent.version).map_err(codec)
+    }
+
+    /// Sends one request and reads its answer.
+    pub(crate) fn call<R: Request>(&mut self, request: &R) -> Result<R::Response, WireError> {
+        self.send(request)?;
+        self.receive::<R>()
+    }
+}
+
+/// The time left until `deadline`, `None` once it has passed.
+fn remaining(deadline: Instant) -> Option<Duration> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+}
+
+/// Fills `buf` from `stream`, each read waiting only until `deadline` (TimedOut after it).
+fn read_by(stream: &mut Stream, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let left = remaining(deadline).ok_or(std::io::ErrorKind::TimedOut)?;
+        stream.tcp().set_read_timeout(Some(left))?;
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The name of an API, for messages.
+pub(crate) fn api_name(key: i16) -> &'static str {
+    use kafka_protocol::messages::*;
+    match key {
+        ProduceRequest::KEY => "Produce",
+        FetchRequest::KEY => "Fetch",
+        ListOffsetsRequest::KEY => "ListOffsets",
+        MetadataRequest::KEY => "Metadata",
+        InitProducerIdRequest::KEY => "InitProducerId",
+        ApiVersionsRequest::KEY => "ApiVersions",
+        SaslHandshakeRequest::KEY => "SaslHandshake",
+        SaslAuthenticateRequest::KEY => "SaslAuthenticate",
+        _ => "a request",
+    }
+}
+
+/// The host of a `host:port` address (an IPv6 address without its brackets): the name the
+/// broker's certificate must hold.
+fn host_of(address: &str) -> &str {
+    let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
+/// The name of a Kafka error code, for messages and metrics.
+pub(crate) fn error_name(code: i16) -> String {
+    match kafka_protocol::error::ResponseError::try_from_code(code) {
+        None => "NONE".to_owned(),
+        Some(e) => format!("{e:?}"),
+    }
+}

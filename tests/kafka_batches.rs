@@ -1,0 +1,1242 @@
+//! Trials of the batch engine (`--copy.mode batches`) on Apache Kafka: the source's batches
+//! forwarded as they are, each guarantee of the record engine checked record by record.
+//!
+//! The trials share one pair of clusters per Kafka version ([`SharedPair`]), each with a
+//! topic and a group of its own: a pair costs 7 to 14 s to start on a loaded runner.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+
+use mirror_maker::mirror::flush::send_waiting;
+use mirror_maker::tools::compare::OwnedRecord as Record;
+use mirror_test_harness::failover::{
+    app_read_and_commit, commit_offsets, group_offsets, read_from, resume, send_id, translate,
+    write_ids, write_transactions, Resumption,
+};
+use mirror_test_harness::faults::{FaultProxy, ReplicatedPair};
+use mirror_test_harness::kafka::*;
+use mirror_test_harness::*;
+
+const PARTITIONS: i32 = 2;
+
+fn producer(bootstrap: &str, extra: &[(&str, &str)]) -> BaseProducer {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set("log_level", "3");
+    for (k, v) in extra {
+        config.set(*k, *v);
+    }
+    config.create().expect("a producer")
+}
+
+/// Sends the sample records `range` (spread over the partitions) and waits for them.
+fn write(p: &BaseProducer, topic: &str, range: std::ops::Range<u64>) {
+    write_values(p, topic, range, 100);
+}
+
+/// As [`write`], with values of `value_bytes`.
+fn write_values(p: &BaseProducer, topic: &str, range: std::ops::Range<u64>, value_bytes: usize) {
+    for i in range {
+        let s = sample(i, PARTITIONS, value_bytes);
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
+            .partition(s.partition)
+            .timestamp(s.timestamp);
+        record.key = s.key.as_deref();
+        record.payload = s.value.as_deref();
+        send_waiting(p, record, None).expect("producing to the source");
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(30))
+        .expect("flushing the source producer");
+}
+
+fn same_records(lane: &Endpoints) {
+    for p in 0..PARTITIONS {
+        let s: Vec<Record> = lane.source_records(p);
+        let t: Vec<Record> = lane.target_records(lane.topic, p);
+        assert_eq!(s.len(), t.len(), "partition {p}: record counts");
+        assert!(s == t, "partition {p}: the records differ");
+    }
+}
+
+/// Every codec's batches reach the target as the same batches (same record counts, same
+/// codec), every record identical field by field.
+fn every_codec_is_forwarded_batch_for_batch(version: KafkaVersion) {
+    let started = Instant::now();
+    let pair = SharedPair::get(version);
+    let lane = pair.lane("codecs", PARTITIONS);
+    for (c, codec) in ["none", "gzip", "snappy", "lz4", "zstd"].iter().enumerate() {
+        let p = producer(
+            &lane.src(),
+            &[("compression.type", codec), ("linger.ms", "20")],
+        );
+        write(&p, "codecs", c as u64 * 600..(c as u64 + 1) * 600);
+    }
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .commit_ms(300)
+        .start();
+    mirror.wait_for_log("copying record batches as they are", "the batch engine");
+    lane.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    same_records(&lane);
+    let mut batches = 0;
+    for p in 0..PARTITIONS {
+        let shape = |b: &StoredBatch| (b.last_offset - b.base_offset, b.codec);
+        let s: Vec<_> = pair
+            .source
+            .stored_batches("codecs", p)
+            .iter()
+            .map(shape)
+            .collect();
+        let t: Vec<_> = pair
+            .target
+            .stored_batches("codecs", p)
+            .iter()
+            .map(shape)
+            .collect();
+        assert_eq!(
+            s, t,
+            "partition {p}: the target's batches are not the source's"
+        );
+        batches += s.len();
+    }
+    eprintln!(
+        "TRIAL batches codecs kafka {}: 3000 records in {batches} batches (none, gzip, snappy, \
+         lz4, zstd) forwarded batch for batch, {:.0} s",
+        version.version(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn every_codec_is_forwarded_batch_for_batch_on_kafka_4() {
+    every_codec_is_forwarded_batch_for_batch(KAFKA_4);
+}
+
+#[test]
+fn every_codec_is_forwarded_batch_for_batch_on_kafka_3() {
+    every_codec_is_forwarded_batch_for_batch(KAFKA_3);
+}
+
+/// A target topic that takes smaller batches (`max.message.bytes` 64 KiB) than the source
+/// holds (uncompressed, up to a megabyte): each source batch is split into batches it takes,
+/// every record copied, in order.
+#[test]
+fn source_batches_larger_than_the_target_topic_takes_are_split() {
+    const LIMIT: usize = 64 * 1024;
+    let pair = SharedPair::get(KAFKA_4);
+    let lane = pair.lane("small-target", PARTITIONS);
+    pair.target.create_topic(
+        "small-target",
+        PARTITIONS,
+        1,
+        &[("max.message.bytes", &LIMIT.to_string())],
+    );
+    let p = producer(&lane.src(), &[("linger.ms", "50")]);
+    write_values(&p, "small-target", 0..2000, 1024);
+    let largest = |cluster: &KafkaCluster| {
+        (0..PARTITIONS)
+            .flat_map(|p| cluster.stored_batches("small-target", p))
+            .map(|b| b.size)
+            .max()
+            .unwrap_or(0)
+    };
+    let source_largest = largest(&pair.source);
+    assert!(
+        source_largest > LIMIT,
+        "the source's largest batch ({source_largest} bytes) fits the target topic: nothing to split"
+    );
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .flag("--sync.topic.configs", "false")
+        .commit_ms(300)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    same_records(&lane);
+    let target_largest = largest(&pair.target);
+    eprintln!(
+        "TRIAL batches split: source batches up to {source_largest} bytes, target batches up \
+         to {target_largest} bytes (max.message.bytes {LIMIT})"
+    );
+    assert!(
+        target_largest <= LIMIT,
+        "a target batch of {target_largest} bytes"
+    );
+}
+
+/// The librdkafka consumer keeps the group but never fetches: its statistics count no
+/// record received.
+#[test]
+fn the_source_consumer_never_fetches() {
+    let lane = SharedPair::get(KAFKA_4).lane("unfetched", PARTITIONS);
+    write(
+        &producer(&lane.src(), &[("linger.ms", "20")]),
+        "unfetched",
+        0..1000,
+    );
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .consumer(&[("statistics.interval.ms", "100")])
+        .commit_ms(300)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    // A few statistics intervals after the copy.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    same_records(&lane);
+    let log = mirror.log();
+    assert!(
+        log.contains("the source consumer fetched 0 records itself"),
+        "log:\n{log}"
+    );
+}
+
+/// A committed offset inside a source batch: the records before it are not copied again.
+#[test]
+fn a_committed_offset_inside_a_batch_copies_nothing_before_it() {
+    let pair = SharedPair::get(KAFKA_4);
+    let lane = pair.lane("inside", PARTITIONS);
+    write(
+        &producer(&lane.src(), &[("linger.ms", "50")]),
+        "inside",
+        0..1000,
+    );
+    let batches = pair.source.stored_batches("inside", 0);
+    let big = batches
+        .iter()
+        .find(|b| b.last_offset - b.base_offset >= 4)
+        .expect("a batch of several records");
+    let start = big.base_offset + 2;
+    commit_offsets(&lane.src(), lane.group, "inside", &[(0, start), (1, 0)]);
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .commit_ms(300)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let s: Vec<Record> = lane.source_records(0);
+    let t: Vec<Record> = lane.target_records(lane.topic, 0);
+    assert!(
+        t == s[start as usize..],
+        "partition 0: the target holds {} records, the source from offset {start} {}",
+        t.len(),
+        s.len() - start as usize
+    );
+}
+
+/// Batches of aborted transactions and transaction markers are dropped: only committed
+/// records reach the target.
+#[test]
+fn a_transactional_source_is_copied_committed_records_only() {
+    let lane = SharedPair::get(KAFKA_4).lane("txn", PARTITIONS);
+    let p = producer(&lane.src(), &[("transactional.id", "batch-trial")]);
+    p.init_transactions(Duration::from_secs(30)).unwrap();
+    let mut committed = 0;
+    for t in 0..12u64 {
+        p.begin_transaction().unwrap();
+        let aborted = t % 3 == 1;
+        for i in 0..50u64 {
+            let value = if aborted { "aborted" } else { "committed" };
+            let key = format!("t{t}-{i}");
+            let record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to("txn")
+                .partition((i % PARTITIONS as u64) as i32)
+                .key(key.as_bytes())
+                .payload(value.as_bytes())
+                .timestamp(1_700_000_000_000 + (t * 50 + i) as i64);
+            send_waiting(&p, record, None).unwrap();
+        }
+        p.flush(Duration::from_secs(30)).unwrap();
+        if aborted {
+            p.abort_transaction(Duration::from_secs(30)).unwrap();
+        } else {
+            p.commit_transaction(Duration::from_secs(30)).unwrap();
+            committed += 50;
+        }
+    }
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .commit_ms(300)
+        .start();
+    wait_until(
+        Duration::from_secs(60),
+        "the committed records copied",
+        || {
+            (0..PARTITIONS)
+                .map(|p| {
+                    mirror_maker::tools::compare::read_partition(
+                        &lane.dst(),
+                        "txn",
+                        p,
+                        Duration::from_secs(5),
+                    )
+                    .map_or(0, |r| r.len())
+                })
+                .sum::<usize>()
+                >= committed
+                || !mirror.is_running()
+        },
+    );
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let mut copied = 0;
+    for part in 0..PARTITIONS {
+        let t = lane.target_records(lane.topic, part);
+        assert!(
+            t.iter()
+                .all(|r| r.value.as_deref() == Some(&b"committed"[..])),
+            "an aborted record reached the target"
+        );
+        let s = lane.source_records(part);
+        assert!(s == t, "partition {part} differs");
+        copied += t.len();
+    }
+    assert_eq!(copied, committed);
+}
+
+/// SIGKILLs of a batch-engine mirror at moments of its copy while a writer keeps adding
+/// records, then a mirror that catches up: every source record on the target, unchanged, in
+/// order per partition. Records acknowledged after a kill's last commit are copied again (at
+/// least once): counted, not refused.
+#[test]
+fn hard_kills_of_the_batch_engine_lose_nothing_and_keep_order() {
+    const KILLS: usize = 5;
+    let lane = SharedPair::get(KAFKA_4).lane("killed", 4);
+    lane.write(0..10_000);
+    let trickle = lane.trickle(10_000, 50);
+    let instance = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .consumer(&[
+            ("session.timeout.ms", "2000"),
+            ("heartbeat.interval.ms", "300"),
+        ])
+        .commit_ms(200);
+    let mut rng = Rng(0x5eed_ba7c_4e50_0d11);
+    let started = Instant::now();
+    let mut committed_at_kills = Vec::new();
+    for _ in 0..KILLS {
+        let mut mirror = instance.start();
+        mirror.wait_for_log("assigned", "the mirror to get partitions");
+        // Not a condition: the kill comes at a random moment of the copy.
+        std::thread::sleep(Duration::from_millis(300 + rng.below(1200)));
+        mirror.signal("KILL");
+        mirror.wait(Duration::from_secs(10));
+        committed_at_kills.push(lane.committed().iter().map(|c| c.max(&0)).sum::<i64>());
+    }
+    let written = trickle.stop();
+    let mut last = instance.start();
+    lane.wait_caught_up(&mut last);
+    assert_eq!(last.stop().code(), Some(0), "log:\n{}", last.log());
+    let c = lane.compare();
+    eprintln!(
+        "TRIAL batches hard-kills kafka 4.4.0: {KILLS} SIGKILLs (committed at each: \
+         {committed_at_kills:?}), {}, {:.0} s",
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!((c.source, c.lost, c.changed), (written, 0, 0), "{c:?}");
+    assert!(c.in_order, "{c:?}");
+}
+
+/// A second batch-engine instance joins the group while the first copies, then the first is
+/// stopped with SIGTERM (it flushes and commits before its partitions move): every source
+/// record on the target, unchanged, in order per partition, and both exit 0.
+#[test]
+fn a_clean_hand_over_between_batch_instances_loses_nothing_and_keeps_order() {
+    let lane = SharedPair::get(KAFKA_4).lane("handed-over", 6);
+    lane.write(0..3000);
+    let trickle = lane.trickle(3000, 50);
+    let instance = lane.mirror().flag("--copy.mode", "batches").commit_ms(300);
+    let mut first = instance.start();
+    first.wait_for("the first instance to commit", |_| {
+        lane.committed().iter().any(|&c| c > 0)
+    });
+    let started = Instant::now();
+    let mut second = instance.start();
+    second.wait_for_log("assigned", "the second instance to get partitions");
+    let before = lane.committed();
+    first.wait_for("the group to commit with both instances in it", |_| {
+        lane.committed() != before
+    });
+    assert_eq!(first.stop().code(), Some(0), "first log:\n{}", first.log());
+    let written = trickle.stop();
+    lane.wait_caught_up(&mut second);
+    assert_eq!(
+        second.stop().code(),
+        Some(0),
+        "second log:\n{}",
+        second.log()
+    );
+    let c = lane.compare();
+    eprintln!(
+        "TRIAL batches clean-hand-over kafka 4.4.0: 2 processes, 1 SIGTERM, {}, {:.0} s",
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!((c.source, c.lost, c.changed), (written, 0, 0), "{c:?}");
+    assert!(c.in_order, "{c:?}");
+}
+
+/// The source topic gains partitions (CreatePartitions) while a batch-engine mirror runs:
+/// the target topic is grown and the new partitions are copied after the next metadata
+/// refresh, every record in order, nothing lost (the batch engine's twin of
+/// `kafka_trials::partition_growth_is_mirrored_in_abort_mode`).
+#[test]
+fn partition_growth_is_followed_by_the_batch_engine() {
+    let started = Instant::now();
+    let pair = SharedPair::get(KAFKA_4);
+    let mut lane = pair.lane("grown", 2);
+    lane.write(0..1000);
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .commit_ms(300)
+        .topic_refresh_ms(1000)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    pair.source.add_partitions("grown", 4);
+    lane.partitions = 4;
+    lane.write(1000..2000);
+    let end = lane.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let c = lane.compare();
+    eprintln!(
+        "TRIAL batches partition-growth kafka 4.4.0: source grown from 2 to 4 partitions \
+         mid-stream; end offsets {end:?}; {}, {:.0} s",
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!((c.source, c.lost, c.changed), (2000, 0, 0), "{c:?}");
+    assert!(c.in_order, "{c:?}");
+}
+
+/// Records the source deleted (its log start moved past the committed offset, as retention
+/// moves it) before a batch-engine mirror read them: the fetch's OFFSET_OUT_OF_RANGE makes
+/// it go on from the log start, with a warning naming the partition and the offsets skipped,
+/// and `mirror_records_skipped_total{reason="retention"}` counting them, as the record engine
+/// counts them (`mirror_mock::records_deleted_by_retention_before_they_were_mirrored_are_logged_and_counted`).
+#[test]
+fn records_deleted_by_retention_before_the_batch_engine_read_them_are_logged_and_counted() {
+    let started = Instant::now();
+    let lane = SharedPair::get(KAFKA_4).lane("retention", PARTITIONS);
+    // Records without headers: the log start moved inside a batch makes the engine encode
+    // that batch again, which refuses repeated header keys (docs/batch-engine.md).
+    let p = producer(&lane.src(), &[("linger.ms", "20")]);
+    write(&p, "retention", 0..200);
+    lane.mirror_until_committed(&["--copy.mode", "batches"], 200);
+    let committed = lane.committed();
+    let first: Vec<Vec<Record>> = (0..PARTITIONS)
+        .map(|p| lane.target_records(lane.topic, p))
+        .collect();
+    write(&p, "retention", 200..1000);
+    let low: Vec<i64> = committed.iter().map(|c| c + 150).collect();
+    delete_records(&lane.src(), lane.topic, &low);
+    let addr = free_local_addr();
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .commit_ms(300)
+        .metrics_addr(&addr)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    let (_, body) = http_get(&addr, "/metrics");
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    for p in 0..PARTITIONS as usize {
+        let expected = format!("retention/{p} offsets {} to {}", committed[p], low[p] - 1);
+        assert!(
+            log.lines()
+                .any(|l| l.contains("WARN") && l.contains(&expected) && l.contains("retention")),
+            "no warning naming {expected}:\n{log}"
+        );
+    }
+    let skipped = metric(
+        &body,
+        "mirror_records_skipped_total",
+        "reason=\"retention\"",
+    );
+    eprintln!(
+        "TRIAL batches retention kafka 4.4.0: committed {committed:?}, log start moved to \
+         {low:?}; skipped counted {skipped:?}, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(skipped, Some(150.0 * PARTITIONS as f64), "{body}");
+    for p in 0..PARTITIONS {
+        // The first run's copy, then the source from its new log start.
+        let mut expected = first[p as usize].clone();
+        expected.extend(lane.source_records(p));
+        let t = lane.target_records(lane.topic, p);
+        assert!(
+            t == expected,
+            "partition {p}: the target holds {} records, not the {} of the first copy and \
+             the source from its log start",
+            t.len(),
+            expected.len()
+        );
+    }
+}
+
+/// Where a record of `topic` is refused: a lane whose partition 0 holds a record of 500 KB at
+/// offset [`REFUSED_AT`] among 4,000 small ones, partition 1 small ones only, and a target
+/// topic of `max.message.bytes` 100,000.
+const REFUSED_AT: u64 = 2000;
+
+fn a_lane_with_a_record_the_target_refuses(topic: &'static str) -> Endpoints {
+    let pair = SharedPair::get(KAFKA_4);
+    let lane = pair.lane(topic, PARTITIONS);
+    pair.target
+        .create_topic(topic, PARTITIONS, 1, &[("max.message.bytes", "100000")]);
+    let p = producer(&lane.src(), &[("linger.ms", "5")]);
+    let big = vec![b'x'; 500_000];
+    for i in 0..REFUSED_AT * 2 + 1 {
+        for partition in 0..PARTITIONS {
+            let s = sample(i, 1, 100);
+            let value = if partition == 0 && i == REFUSED_AT {
+                Some(&big[..])
+            } else {
+                s.value.as_deref()
+            };
+            let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
+                .partition(partition)
+                .timestamp(s.timestamp);
+            record.key = s.key.as_deref();
+            record.payload = value;
+            send_waiting(&p, record, None).expect("producing to the source");
+        }
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+    lane
+}
+
+/// A record the target refuses for good (larger than the target topic's `max.message.bytes`)
+/// in abort mode: exit 1, the committed offset of its partition stops at it, and every record
+/// before it, none after it, of that partition is on the target (the batch engine's twin of
+/// `kafka_trials::a_record_the_target_refuses_stops_its_partition_in_abort_mode`).
+#[test]
+fn a_record_the_target_refuses_stops_the_batch_engine_at_it_in_abort_mode() {
+    let started = Instant::now();
+    let lane = a_lane_with_a_record_the_target_refuses("refused");
+    // The target topic's smaller limit is the premise: the topic-config sync would raise it to
+    // the source's.
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .flag("--sync.topic.configs", "false")
+        .commit_ms(200)
+        .start();
+    let status = mirror.wait(Duration::from_secs(60));
+    let log = mirror.log();
+    let committed = lane.committed();
+    let source = lane.source_records(0);
+    let target = lane.target_records(lane.topic, 0);
+    eprintln!(
+        "TRIAL batches refused-record kafka 4.4.0: exit {:?}, committed {committed:?}, target \
+         partition 0 holds {} records (the refused one at offset {REFUSED_AT}), {:.0} s",
+        status.code(),
+        target.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    assert!(log.contains("refused/0 offset 2000"), "log:\n{log}");
+    assert_eq!(
+        committed[0], REFUSED_AT as i64,
+        "the commit stops at the refused record; log:\n{log}"
+    );
+    assert!(
+        target == source[..REFUSED_AT as usize],
+        "partition 0: the target holds {} records, not the {REFUSED_AT} before the refused one",
+        target.len()
+    );
+}
+
+/// The same refused record with `--abort.on.send.failure false`: skipped, logged and counted
+/// (`mirror_records_dropped_total`), every other record copied in order, exit 0.
+#[test]
+fn a_record_the_target_refuses_is_skipped_and_counted_by_the_batch_engine_in_skip_mode() {
+    let started = Instant::now();
+    let lane = a_lane_with_a_record_the_target_refuses("refused-skipped");
+    let addr = free_local_addr();
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .flag("--sync.topic.configs", "false")
+        .flag("--abort.on.send.failure", "false")
+        .metrics_addr(&addr)
+        .commit_ms(200)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    let (_, body) = http_get(&addr, "/metrics");
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    let dropped = metric(&body, "mirror_records_dropped_total", "");
+    eprintln!(
+        "TRIAL batches refused-record-skipped kafka 4.4.0: dropped {dropped:?}, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains("refused-skipped/0 offset 2000")
+            && l.contains("skipped")),
+        "log:\n{log}"
+    );
+    assert_eq!(dropped, Some(1.0), "{body}");
+    for p in 0..PARTITIONS {
+        let mut s = lane.source_records(p);
+        if p == 0 {
+            s.remove(REFUSED_AT as usize);
+        }
+        let t = lane.target_records(lane.topic, p);
+        assert!(
+            s == t,
+            "partition {p}: the target holds {} records, not the source's {} but the refused one",
+            t.len(),
+            s.len()
+        );
+    }
+}
+
+/// A consumer group's source offsets, synced to the target by a batch-engine mirror
+/// (`--sync.group.offsets`), make it resume there with exactly the records it had not read,
+/// and `translate` gives the same target offsets: the offset mapping is recorded per batch from
+/// the target's answers. The target topic holds 7 records of another writer first (its offsets
+/// are not the source's), and the source holds committed and aborted transactions between
+/// plain records (markers and aborted batches take source offsets the target does not have).
+/// The batch engine's twin of `kafka_failover::a_failed_over_group_reads_exactly_the_records_it_had_not_read`.
+#[test]
+fn a_group_synced_after_a_batch_engine_copy_resumes_on_the_target_exactly() {
+    const TOPIC: &str = "failed-over";
+    const APP: &str = "failed-over-app";
+    const PARTS: i32 = 3;
+    let started = Instant::now();
+    let pair = SharedPair::get(KAFKA_4);
+    let lane = pair.lane(TOPIC, PARTS);
+    pair.target.create_topic(TOPIC, PARTS, 1, &[]);
+    let other = mirror_test_harness::failover::producer(&lane.dst(), &[]);
+    for p in 0..PARTS {
+        for i in 0..7 {
+            send_id(&other, TOPIC, p, None, &format!("other-writer/{p}/{i}"));
+        }
+    }
+    other.flush(Duration::from_secs(30)).unwrap();
+    write_ids(&lane.src(), TOPIC, PARTS, 0..100);
+    // 6 transactions of 10 records per partition; 1 and 4 aborted.
+    let committed_txn = write_transactions(&lane.src(), TOPIC, PARTS, 6, 10, |t| t % 3 == 1);
+    write_ids(&lane.src(), TOPIC, PARTS, 100..200);
+    let total = 200 + committed_txn as usize;
+    // Inside the first plain records, inside the transactions, and at the end.
+    let read = app_read_and_commit(&lane.src(), APP, TOPIC, &[50, 130, total]);
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .flag("--sync.group.offsets", APP)
+        .flag("--sync.group.offsets.interval.ms", "500")
+        .commit_ms(300)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    mirror.wait_for("the application group synced on the target", |_| {
+        group_offsets(&lane.dst(), APP, TOPIC, PARTS)
+            .iter()
+            .all(|o| *o >= 0)
+    });
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let synced = group_offsets(&lane.dst(), APP, TOPIC, PARTS);
+    let dir = tempdir();
+    let (consumer, producer) = mirror_configs(dir.path(), &lane.src(), &lane.dst(), &[], &[]);
+    let check = translate(&consumer, &producer, APP, &[]);
+    assert_eq!(check.code, Some(0), "{check:?}");
+    let on_source = group_offsets(&lane.src(), APP, TOPIC, PARTS);
+    let resumed = resume(&lane.dst(), APP, TOPIC, PARTS);
+    let mut wrong = Vec::new();
+    for p in 0..PARTS {
+        let t = check.get(TOPIC, p);
+        assert_eq!(
+            (t.status.as_str(), t.target_offset),
+            ("exact", Some(synced[p as usize])),
+            "{TOPIC}/{p}: translate and the sync disagree: {check:?}"
+        );
+        let left = read_from(&lane.src(), TOPIC, p, on_source[p as usize]);
+        let r = Resumption::of(&read[p as usize], &left, &resumed[p as usize]);
+        if !r.exact {
+            wrong.push(format!(
+                "{TOPIC}/{p}: source offset {} -> target offset {}: {}",
+                on_source[p as usize],
+                synced[p as usize],
+                r.summary()
+            ));
+        }
+    }
+    eprintln!(
+        "TRIAL batches failover kafka 4.4.0: source offsets {on_source:?} synced as target \
+         offsets {synced:?} (target began with 7 other records a partition; {committed_txn} \
+         committed transactional records a partition among 200 plain); {} partitions not \
+         exact, {:.0} s",
+        wrong.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The target topic deleted while the record engine runs (`--create.topics`, the default): it
+/// is created again and every source record is on it, in order (the records copied before the
+/// deletion are copied again from the committed offsets). On Kafka what
+/// `mirror_mock::a_target_topic_deleted_while_running_is_created_again_and_nothing_is_lost`
+/// shows on the mock.
+#[test]
+#[ignore = "a defect, not fixed yet: on Kafka 4.4.0 the records queued for the deleted topic \
+            fail with UNKNOWN_PARTITION (librdkafka saw its partition count go to 0), which the \
+            record engine takes for a target with too few partitions: exit 1 (\"has no \
+            partition 0\"), nothing lost; the mock's deleted topic fails them as an unknown \
+            topic, which it handles"]
+fn a_target_topic_deleted_while_the_record_engine_runs_is_created_again() {
+    target_topic_deleted_while_running(CopyMode::Records, "recreated-records");
+}
+
+/// The same with the batch engine.
+#[test]
+#[ignore = "not done: the batch engine retries UNKNOWN_TOPIC_OR_PARTITION for ever and does \
+            not make the target topic again (committed 500 of 1000 after 90 s)"]
+fn a_target_topic_deleted_while_the_batch_engine_runs_is_created_again() {
+    target_topic_deleted_while_running(CopyMode::Batches, "recreated");
+}
+
+fn target_topic_deleted_while_running(mode: CopyMode, topic: &'static str) {
+    let started = Instant::now();
+    let pair = SharedPair::get(KAFKA_4);
+    let lane = pair.lane(topic, PARTITIONS);
+    let p = producer(&lane.src(), &[("linger.ms", "20")]);
+    write(&p, topic, 0..500);
+    let mut mirror = lane
+        .mirror()
+        .copy_mode(mode)
+        .commit_ms(300)
+        .topic_refresh_ms(1000)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    pair.target.delete_topic(topic);
+    write(&p, topic, 500..1000);
+    lane.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let c = lane.compare();
+    eprintln!(
+        "TRIAL {mode:?} target-topic-deleted kafka 4.4.0: {}, {:.0} s",
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!((c.source, c.lost, c.changed), (1000, 0, 0), "{c:?}");
+    assert!(c.in_order, "{c:?}");
+}
+
+/// Partitions of the trials on the replicated pair: each of the three brokers leads one.
+const SPREAD: i32 = 3;
+
+/// The committed offsets of `lane`'s group, summed.
+fn committed_sum(lane: &Endpoints) -> i64 {
+    lane.committed().iter().map(|c| c.max(&0)).sum()
+}
+
+/// Waits until the group has committed `more` offsets past what it had, the mirror running
+/// (a lost assignment or a stuck round would stop the commits).
+fn commits_advance(lane: &Endpoints, mirror: &mut Mirror, more: i64, what: &str) {
+    let from = committed_sum(lane);
+    mirror.wait_for(what, |_| committed_sum(lane) >= from + more);
+}
+
+/// A batch-engine mirror of `lane` (started from `mirror_lane`: the same, or through the
+/// target's proxies) copying while a writer adds records and `disturb` moves leaders or takes
+/// brokers down; then it catches up and stops. Every source record is on the target once,
+/// unchanged, in order per partition, and the mirror exits 0. Returns the comparison's
+/// summary with what `disturb` reported, and the mirror's log.
+fn copies_each_record_once_in_order_through(
+    pair: &mut ReplicatedPair,
+    lane: &Endpoints,
+    mirror_lane: &Endpoints,
+    producer: &[(&str, &str)],
+    disturb: impl FnOnce(&mut ReplicatedPair, &mut Mirror) -> String,
+) -> (String, String) {
+    lane.write(0..1500);
+    let trickle = lane.trickle(1500, 25);
+    let mut mirror = mirror_lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .producer(producer)
+        .commit_ms(300)
+        .log("mirror_maker=debug")
+        .start();
+    commits_advance(lane, &mut mirror, 1, "the first commits");
+    let what = disturb(pair, &mut mirror);
+    commits_advance(lane, &mut mirror, 200, "commits after the disturbance");
+    let written = trickle.stop();
+    lane.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let c = lane.compare();
+    let retried = mirror
+        .log()
+        .matches("sending the batch of source offsets")
+        .count();
+    // The writer's producer is not idempotent: a retry of its own while a source leader
+    // moves can write a record twice, so the source may hold more than it wrote.
+    assert!(c.source >= written, "{c:?}: {written} written");
+    assert_eq!(
+        (c.target, c.lost, c.changed, c.duplicated),
+        (c.source, 0, 0, 0),
+        "{c:?}; log:\n{}",
+        mirror.log()
+    );
+    assert!(c.in_order, "{c:?}");
+    (
+        format!(
+            "{what}; {retried} batch sends retried; {written} written, {}",
+            c.summary()
+        ),
+        mirror.log(),
+    )
+}
+
+/// The leader of `topic`/`partition` on `cluster` stopped (a controlled shutdown moves its
+/// partitions' leadership), the mirror copying without it, the broker started again and the
+/// preferred leaders elected (leadership moves back): two moves under load.
+fn move_leadership(
+    cluster: &mut KafkaCluster,
+    topic: &str,
+    mirror: &mut Mirror,
+    lane: &Endpoints,
+) -> String {
+    let leader = cluster.leader(topic, 0);
+    assert!(leader > 0, "{topic}/0 has no leader");
+    cluster.stop(leader);
+    let moved = cluster.leader(topic, 0);
+    commits_advance(lane, mirror, 200, "commits with the old leader stopped");
+    cluster.restart(leader);
+    wait_until(
+        Duration::from_secs(60),
+        "the restarted broker back in every in-sync replica set",
+        || cluster.under_replicated(topic, 3).is_empty(),
+    );
+    cluster.elect_preferred_leaders();
+    wait_until(
+        Duration::from_secs(30),
+        "the preferred leader elected",
+        || cluster.leader(topic, 0) == leader,
+    );
+    format!("{topic}/0 led by broker {leader}, then {moved} (controlled shutdown), then {leader} again (preferred election)")
+}
+
+/// Leadership of the source's partitions moves twice under load (the leader's controlled
+/// shutdown, then a preferred leader election after its restart): the fetcher follows the
+/// leader (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, a closed connection), and every record
+/// is copied once, in order.
+#[test]
+fn leadership_moving_on_the_source_loses_nothing_and_keeps_order() {
+    let mut pair = ReplicatedPair::lock();
+    // The trial's own time: not the pair's start, nor the wait for another trial to end.
+    let started = Instant::now();
+    let lane = pair.lane("source-leaders", SPREAD);
+    let (summary, _) =
+        copies_each_record_once_in_order_through(&mut pair, &lane, &lane, &[], |p, m| {
+            move_leadership(&mut p.source, "source-leaders", m, &lane)
+        });
+    eprintln!(
+        "TRIAL batches source-leadership kafka 4.4.0: {summary}, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Leadership of the target's partitions moves twice under load: our idempotent producer
+/// sends the batch again to the new leader with the same sequence, and every record is on the
+/// target once, in order.
+#[test]
+fn leadership_moving_on_the_target_loses_nothing_and_keeps_order() {
+    let mut pair = ReplicatedPair::lock();
+    // The trial's own time: not the pair's start, nor the wait for another trial to end.
+    let started = Instant::now();
+    let lane = pair.lane("target-leaders", SPREAD);
+    let (summary, _) =
+        copies_each_record_once_in_order_through(&mut pair, &lane, &lane, &[], |p, m| {
+            move_leadership(&mut p.target, "target-leaders", m, &lane)
+        });
+    eprintln!(
+        "TRIAL batches target-leadership kafka 4.4.0: {summary}, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The target leader of a partition SIGKILLed while the mirror sends to it (Produce requests
+/// in flight), the copy going on with the two brokers left once it is fenced, then the broker
+/// started again: every record on the target once, in order.
+#[test]
+fn a_target_leader_killed_mid_request_loses_nothing_and_keeps_order() {
+    let mut pair = ReplicatedPair::lock();
+    // The trial's own time: not the pair's start, nor the wait for another trial to end.
+    let started = Instant::now();
+    let lane = pair.lane("target-killed", SPREAD);
+    let (summary, _) =
+        copies_each_record_once_in_order_through(&mut pair, &lane, &lane, &[], |p, m| {
+            let leader = p.target.leader("target-killed", 0);
+            p.target.kill(leader);
+            commits_advance(&lane, m, 200, "commits with a target broker dead");
+            p.target.restart(leader);
+            format!("target-killed/0's leader, broker {leader}, SIGKILLed and restarted")
+        });
+    eprintln!(
+        "TRIAL batches target-leader-killed kafka 4.4.0: {summary}, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Produce answers held back beyond the engine's request timeout (2 s; the target's
+/// answers 3 s late for about 6 s, the requests on time, so each was applied): the engine
+/// gives up on the answer, sends the same batch with the same sequence again, and the target
+/// keeps one copy. Every record on the target once, in order.
+#[test]
+fn a_produce_answered_after_its_timeout_is_sent_again_without_a_duplicate() {
+    let mut pair = ReplicatedPair::lock();
+    // The trial's own time: not the pair's start, nor the wait for another trial to end.
+    let started = Instant::now();
+    let lane = pair.lane("answered-late", SPREAD);
+    let proxied = pair.proxied(&lane);
+    let (summary, log) = copies_each_record_once_in_order_through(
+        &mut pair,
+        &lane,
+        &proxied,
+        &[("request.timeout.ms", "2000")],
+        |p, m| {
+            for link in &p.target_links {
+                link.delay_answers(Duration::from_secs(3));
+            }
+            let retried = |m: &Mirror| {
+                m.log()
+                    .matches("sending the batch of source offsets")
+                    .count()
+            };
+            let before = retried(m);
+            m.wait_for("a Produce answer to time out", |m| retried(m) > before);
+            // Not a condition: the outage's length.
+            std::thread::sleep(Duration::from_secs(6));
+            for link in &p.target_links {
+                link.heal();
+            }
+            "target answers 3 s late for 6 s, request timeout 2 s".to_owned()
+        },
+    );
+    eprintln!(
+        "TRIAL batches late-answers kafka 4.4.0: {summary}, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    // The waits for the target do not keep the stream from its consumer's polls: it keeps
+    // its assignment (max.poll.interval.ms 10 s) and never copies from an older commit.
+    assert_eq!(
+        log.matches("partitions (batch engine)").count(),
+        1,
+        "the stream was assigned its partitions more than once; log:\n{log}"
+    );
+}
+
+/// One partition whose batches come from a plain producer (no producer id), an idempotent
+/// one and a transactional one (committed), in turns, and change codec from batch to batch
+/// (none, lz4, zstd, gzip): each batch is forwarded as it is (same records, same codec; the
+/// transaction markers dropped) and every record is the source's, key, value, headers and
+/// timestamp.
+#[test]
+fn batches_of_mixed_producers_and_codecs_in_one_partition_are_copied_as_they_are() {
+    const TOPIC: &str = "mixed";
+    let started = Instant::now();
+    let pair = SharedPair::get(KAFKA_4);
+    let lane = pair.lane(TOPIC, 1);
+    let codecs = ["none", "lz4", "zstd", "gzip"];
+    let kinds = ["plain", "idempotent", "transactional"];
+    for turn in 0..12u64 {
+        let (kind, codec) = (kinds[turn as usize % 3], codecs[turn as usize % 4]);
+        let mut settings = vec![("compression.type", codec), ("linger.ms", "20")];
+        let id = format!("mixed-{turn}");
+        match kind {
+            "plain" => settings.push(("enable.idempotence", "false")),
+            "idempotent" => settings.push(("enable.idempotence", "true")),
+            _ => settings.push(("transactional.id", &id)),
+        }
+        let p = producer(&lane.src(), &settings);
+        if kind == "transactional" {
+            p.init_transactions(Duration::from_secs(30)).unwrap();
+            p.begin_transaction().unwrap();
+        }
+        for i in turn * 50..(turn + 1) * 50 {
+            let s = sample(i, 1, 100);
+            let mut headers = OwnedHeaders::new();
+            for (k, v) in &s.headers {
+                headers = headers.insert(Header {
+                    key: k,
+                    value: v.as_deref(),
+                });
+            }
+            let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(TOPIC)
+                .partition(0)
+                .timestamp(s.timestamp)
+                .headers(headers);
+            record.key = s.key.as_deref();
+            record.payload = s.value.as_deref();
+            send_waiting(&p, record, None).expect("producing to the source");
+            p.poll(Duration::ZERO);
+        }
+        p.flush(Duration::from_secs(30)).expect("flushing");
+        if kind == "transactional" {
+            p.commit_transaction(Duration::from_secs(30)).unwrap();
+        }
+    }
+    let source = pair.source.stored_batches(TOPIC, 0);
+    let data: Vec<&StoredBatch> = source.iter().filter(|b| !b.control).collect();
+    let seen = |f: &dyn Fn(&StoredBatch) -> bool| data.iter().any(|b| f(b));
+    for codec in codecs {
+        assert!(
+            seen(&|b| b.codec == codec),
+            "no {codec} batch on the source"
+        );
+    }
+    assert!(seen(&|b| b.producer_id < 0), "no plain batch on the source");
+    assert!(
+        seen(&|b| b.producer_id >= 0 && !b.transactional),
+        "no idempotent batch on the source"
+    );
+    assert!(seen(&|b| b.transactional), "no transactional batch");
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .commit_ms(300)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let s: Vec<Record> = lane.source_records(0);
+    let t: Vec<Record> = lane.target_records(TOPIC, 0);
+    assert_eq!(s.len(), 600, "source records");
+    assert!(s == t, "the records differ ({} on the target)", t.len());
+    let shape = |b: &&StoredBatch| (b.last_offset - b.base_offset, b.codec);
+    let target = pair.target.stored_batches(TOPIC, 0);
+    assert_eq!(
+        data.iter().map(shape).collect::<Vec<_>>(),
+        target
+            .iter()
+            .collect::<Vec<_>>()
+            .iter()
+            .map(shape)
+            .collect::<Vec<_>>(),
+        "the target's batches are not the source's"
+    );
+    eprintln!(
+        "TRIAL batches mixed kafka 4.4.0: 600 records in {} batches (plain, idempotent, \
+         transactional; none, lz4, zstd, gzip) forwarded batch for batch, {:.0} s",
+        data.len(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Every connection to the target reset (an RST, no broker fault) four times a second apart
+/// while the mirror sends: answers lost with their connections, each batch sent again on a
+/// new one with the same sequence, and every record on the target once, in order.
+#[test]
+fn lost_connections_to_the_target_are_sent_again_without_a_duplicate() {
+    let mut pair = ReplicatedPair::lock();
+    let started = Instant::now();
+    let lane = pair.lane("reset", SPREAD);
+    let proxied = pair.proxied(&lane);
+    let (summary, _) =
+        copies_each_record_once_in_order_through(&mut pair, &lane, &proxied, &[], |p, _| {
+            let before: u64 = p.target_links.iter().map(FaultProxy::resets).sum();
+            for _ in 0..4 {
+                for link in &p.target_links {
+                    link.reset_all();
+                }
+                // Not a condition: the resets come a second apart.
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            let resets = p.target_links.iter().map(FaultProxy::resets).sum::<u64>() - before;
+            assert!(resets > 0, "no connection to reset");
+            format!("every target connection reset 4 times ({resets} resets counted)")
+        });
+    eprintln!(
+        "TRIAL batches target-resets kafka 4.4.0: {summary}, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// A source topic deleted and created again while the batch engine runs, written past the old
+/// position before it fetches again, is copied from its beginning (issue 23): the same
+/// topic-id check as the record engine's, and the group ends at the new topic's end offsets.
+#[test]
+fn a_recreated_source_topic_is_copied_from_its_beginning() {
+    let started = Instant::now();
+    let pair = SharedPair::get(KAFKA_4);
+    let lane = pair.lane("source-recreated", PARTITIONS);
+    // Without headers: sample headers repeat names, which a batch encoded again would lose.
+    let p = producer(&lane.src(), &[("linger.ms", "5")]);
+    write(&p, lane.topic, 0..200);
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .commit_ms(300)
+        .topic_refresh_ms(1000)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    let old: Vec<Vec<Record>> = (0..PARTITIONS).map(|p| lane.source_records(p)).collect();
+    // Held still while the topic is made again and written past the old position: its next
+    // fetch is at the old position inside the new log (no OFFSET_OUT_OF_RANGE to tell it).
+    mirror.signal("STOP");
+    pair.source.recreate_topic(lane.topic, PARTITIONS);
+    write(&p, lane.topic, 200..800);
+    mirror.signal("CONT");
+    let new: Vec<Vec<Record>> = (0..PARTITIONS).map(|p| lane.source_records(p)).collect();
+    let new_end = lane.end_offsets();
+    let twice = lane.wait_copied_after(&mirror, &old, &new);
+    wait_until(
+        Duration::from_secs(60),
+        "committed offsets at the new topic's end",
+        || lane.committed() == new_end,
+    );
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("was deleted and created again"))
+            .count(),
+        1,
+        "log:\n{log}"
+    );
+    eprintln!(
+        "TRIAL batch-engine recreated-source-topic kafka 4.4.0: new end offsets {new_end:?}, \
+         copied from offset 0 ({twice} copied twice), committed there; {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// `--throttle.bytes.per.second` with the batch engine: every record copied, the throttle
+/// served on `/metrics` and holding the stream for more than 0 s, and the stream kept in its
+/// group (one rebalance) through a pause longer than `max.poll.interval.ms`: the backlog,
+/// fetched at once, charges over 6 s of debt, and the records written after it can only be
+/// fetched once it is paid; the consumer is polled all along. Rates are the benchmark's
+/// (`bench/throttle`).
+#[test]
+fn a_throttled_batch_mirror_copies_everything_and_stays_in_its_group() {
+    const RATE: u64 = 40_000;
+    let started = Instant::now();
+    let lane = SharedPair::get(KAFKA_4).lane("throttled", PARTITIONS);
+    let source = producer(&lane.src(), &[("linger.ms", "50")]);
+    write_values(&source, "throttled", 0..600, 500);
+    let addr = free_local_addr();
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .flag("--throttle.bytes.per.second", &RATE.to_string())
+        .consumer(&[
+            ("session.timeout.ms", "6000"),
+            ("heartbeat.interval.ms", "1000"),
+            ("max.poll.interval.ms", "6000"),
+        ])
+        .commit_ms(300)
+        .metrics_addr(&addr)
+        .start();
+    mirror.wait_for_log("copying record batches as they are", "the batch engine");
+    lane.wait_caught_up(&mut mirror);
+    let consumed = |m: &str| -> f64 {
+        (0..PARTITIONS)
+            .filter_map(|p| {
+                metric(
+                    m,
+                    "mirror_bytes_consumed_total",
+                    &format!("topic=\"throttled\",partition=\"{p}\""),
+                )
+            })
+            .sum()
+    };
+    let backlog = consumed(&scrape(&addr));
+    // Over 6 s of debt beyond the one-second burst: longer than max.poll.interval.ms.
+    assert!(
+        backlog > 7.0 * RATE as f64,
+        "too little to hold the stream past max.poll.interval.ms: {backlog} bytes"
+    );
+    write_values(&source, "throttled", 600..650, 500);
+    lane.wait_caught_up(&mut mirror);
+    let m = scrape(&addr);
+    assert_eq!(
+        metric(&m, "mirror_throttle_bytes_per_second", ""),
+        Some(RATE as f64),
+        "{m}"
+    );
+    let throttled = metric(&m, "mirror_throttled_seconds_total", "").unwrap_or(0.0);
+    assert!(throttled > 0.0, "{m}");
+    assert_eq!(metric(&m, "mirror_rebalances_total", ""), Some(1.0), "{m}");
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    same_records(&lane);
+    eprintln!(
+        "TRIAL batches throttle kafka 4.4.0: 650 records, {:.0} bytes at {RATE} bytes/s, \
+         throttled {throttled:.1} s, 1 rebalance, {:.0} s",
+        consumed(&m),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// With the batch engine and `--heartbeats.interval.ms`, the source idle but for the
+/// heartbeats: the heartbeats are mirrored from the start (the whitelist names only the lane's
+/// topic; the heartbeats topic, made at this start, is in the first subscription) and the
+/// replication delay, fed by the batch loop from its fetches' high watermarks, stays within
+/// 2 s.
+#[test]
+fn an_idle_batch_mirror_with_heartbeats_stays_within_two_seconds_of_delay() {
+    const HEARTBEATS: &str = "batch-heartbeats";
+    let started = Instant::now();
+    let lane = SharedPair::get(KAFKA_4).lane("beating", PARTITIONS);
+    write(
+        &producer(&lane.src(), &[("linger.ms", "20")]),
+        "beating",
+        0..200,
+    );
+    let addr = free_local_addr();
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .flag("--heartbeats.interval.ms", "500")
+        .flag("--heartbeats.topic", HEARTBEATS)
+        // Not looked for again during the trial: the heartbeats topic made at this start must
+        // be in the first subscription.
+        .topic_refresh_ms(600_000)
+        .consumer(&[("statistics.interval.ms", "500")])
+        .commit_ms(300)
+        .metrics_addr(&addr)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    mirror.wait_for("heartbeats on the target and their delay served", |_| {
+        end_offset_or_zero(&lane.dst(), HEARTBEATS) >= 2
+            && metric(
+                &scrape(&addr),
+                "mirror_replication_delay_seconds",
+                &format!("topic=\"{HEARTBEATS}\""),
+            )
+            .is_some()
+    });
+    let copied_before = end_offset_or_zero(&lane.dst(), HEARTBEATS);
+    let idle_since = Instant::now();
+    let mut worst: f64 = 0.0;
+    while idle_since.elapsed() < Duration::from_secs(6) {
+        let delay = max_delay(&addr);
+        assert!(delay <= 2.0, "a delay of {delay} s: {}", scrape(&addr));
+        worst = worst.max(delay);
+        std::thread::sleep(Duration::from_millis(250)); // Not a condition: sampling a gauge.
+    }
+    let copied = end_offset_or_zero(&lane.dst(), HEARTBEATS) - copied_before;
+    // 12 intervals in 6 s; a few slow ones allowed.
+    assert!(copied >= 6, "{copied} heartbeats copied in 6 s");
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    same_records(&lane);
+    eprintln!(
+        "TRIAL batches heartbeats kafka 4.4.0: worst delay {worst:.2} s over 6 s idle, {copied} \
+         heartbeats copied, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}

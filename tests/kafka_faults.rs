@@ -1,0 +1,846 @@
+//! Network faults between the mirror and Apache Kafka: a blackhole (bytes vanish, no FIN, no
+//! RST) towards the target or the source, connections reset again and again, latency with
+//! jitter and loss, a thin link to the target. The mirror's clients reach each cluster through
+//! a TCP fault proxy (`tests/harness/src/faults.rs`); the test's own clients reach the brokers
+//! directly. Each trial asserts 0 lost and order kept per partition, counts duplicates (0
+//! asserted where the mode promises it), the mirror still running through the fault, its
+//! commits held while the fault lasts (the fault bit) and resuming after, and a clean exit
+//! (0) at the end; it prints a `TRIAL` line with its figures for docs/guarantees.md.
+//!
+//! Run one: `cargo test --test kafka_faults NAME -- --test-threads 1 --nocapture`; the ignored
+//! ones: `cargo test --test kafka_faults -- --ignored --test-threads 1 --nocapture`.
+
+use std::time::{Duration, Instant};
+
+use mirror_test_harness::faults::{FaultProxy, FaultyPair};
+use mirror_test_harness::kafka::*;
+use mirror_test_harness::*;
+
+const TOPIC: &str = "orders";
+const PARTITIONS: i32 = 4;
+
+/// The trials run one at a time whatever `--test-threads` says: each holds a fault for many
+/// seconds, and two side by side on 2 cores would blur what each measures.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The mirror commits every 300 ms, so a held commit shows at once.
+const ARGS: &[&str] = &["--offset.commit.interval.ms", "300"];
+
+/// Request timeouts well below the fault spans, so that requests in flight when a fault
+/// begins time out during it and are retried (librdkafka's defaults: `request.timeout.ms`
+/// 30 s for produce requests, `socket.timeout.ms` 60 s for every other request). Lowering
+/// them shortens the spans that exercise those paths; it changes no guarantee.
+const QUICK_REQUESTS: &[(&str, &str)] = &[
+    ("request.timeout.ms", "5000"),
+    ("socket.timeout.ms", "5000"),
+];
+
+/// Per partition: lost, changed and order asserted; duplicates counted.
+fn compare_each(pair: &FaultyPair) -> Comparison {
+    let mut total = Comparison {
+        in_order: true,
+        ..Comparison::default()
+    };
+    for p in 0..pair.partitions {
+        let read = |bootstrap: &str| {
+            mirror_maker::tools::compare::read_partition(
+                bootstrap,
+                pair.topic,
+                p,
+                Duration::from_secs(60),
+            )
+            .expect("reading a partition")
+        };
+        let c = mirror_maker::tools::compare::compare(&read(&pair.src()), &read(&pair.dst()));
+        assert!(
+            c.lost == 0 && c.changed == 0 && c.in_order,
+            "partition {p}: {c:?}"
+        );
+        total.add(&c);
+    }
+    total
+}
+
+/// Waits until the group has committed more than `above` in all; fails with the log if the
+/// mirror exits or `timeout` passes. Returns how long it took.
+fn wait_commits_past(pair: &FaultyPair, mirror: &mut Mirror, above: i64, timeout: Duration) -> f64 {
+    let started = Instant::now();
+    loop {
+        let got = committed_total(&pair.src(), TOPIC, PARTITIONS);
+        if got > above {
+            return started.elapsed().as_secs_f64();
+        }
+        assert!(
+            mirror.is_running(),
+            "the mirror exited (committed {got}); log:\n{}",
+            mirror.log()
+        );
+        assert!(
+            started.elapsed() < timeout,
+            "commits did not pass {above} within {timeout:?} (at {got}); log:\n{}",
+            mirror.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// What a fault trial measured.
+struct Held {
+    /// Committed 2 s into the fault (what was acknowledged before it settled).
+    at_start: i64,
+    /// Committed at its end.
+    at_end: i64,
+    /// Seconds from the heal to the first commit past `at_end`.
+    resumed_after: f64,
+}
+
+/// Copies a backlog of 3,000 records and a steady writer (about 500 records a second) through
+/// the proxies; once commits flow, `link` is blackholed for `span`, then healed. Asserts the
+/// mirror runs through it, commits nothing new from 2 s into it to its end, commits again
+/// after; then catches up, exits 0, and loses nothing. Returns the comparison, the records
+/// written and the figures.
+fn through_a_blackhole(
+    pair: &FaultyPair,
+    link: &FaultProxy,
+    span: Duration,
+    consumer: &[(&str, &str)],
+    producer: &[(&str, &str)],
+    args: &[&str],
+) -> (Comparison, u64, Held) {
+    let (c, written, held, _) =
+        through_a_blackhole_with_log(pair, link, span, consumer, producer, args);
+    (c, written, held)
+}
+
+/// [`through_a_blackhole`], also returning the mirror's log.
+fn through_a_blackhole_with_log(
+    pair: &FaultyPair,
+    link: &FaultProxy,
+    span: Duration,
+    consumer: &[(&str, &str)],
+    producer: &[(&str, &str)],
+    args: &[&str],
+) -> (Comparison, u64, Held, String) {
+    pair.write(0..3000);
+    let trickle = pair.trickle(3000, 10);
+    let mut mirror = pair
+        .mirror()
+        .consumer(consumer)
+        .producer(producer)
+        .args(args)
+        .start();
+    wait_commits_past(pair, &mut mirror, 3000, Duration::from_secs(60));
+    assert!(
+        link.connections() > 0,
+        "the mirror's clients bypassed the proxy"
+    );
+    link.blackhole();
+    std::thread::sleep(Duration::from_secs(2));
+    let at_start = committed_total(&pair.src(), TOPIC, PARTITIONS);
+    std::thread::sleep(span - Duration::from_secs(2));
+    let at_end = committed_total(&pair.src(), TOPIC, PARTITIONS);
+    assert!(
+        mirror.is_running(),
+        "the mirror exited during the blackhole; log:\n{}",
+        mirror.log()
+    );
+    link.heal();
+    let resumed_after = wait_commits_past(pair, &mut mirror, at_end, Duration::from_secs(90));
+    let written = trickle.stop();
+    let end = pair.wait_caught_up(&mut mirror);
+    assert_eq!(end.iter().sum::<i64>() as u64, written);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    assert_eq!(
+        at_end, at_start,
+        "commits advanced while the link was blackholed: the fault did not bite"
+    );
+    let c = compare_each(pair);
+    assert_eq!((c.source, c.lost, c.changed), (written, 0, 0), "{c:?}");
+    (
+        c,
+        written,
+        Held {
+            at_start,
+            at_end,
+            resumed_after,
+        },
+        mirror.log(),
+    )
+}
+
+/// The target unreachable for 20 s while copying (no RST, no FIN: requests vanish), then
+/// back. The span exceeds the producer's `request.timeout.ms` and `socket.timeout.ms` (5 s
+/// here), so produce requests in flight time out and are retried, idempotently, on the
+/// connections the producer opens again; and `max.poll.interval.ms` (10 s), though at this
+/// writing rate the in-flight limit (50,000 records) is not reached and the stream simply goes
+/// on polling (the pause that keeps a stream at its limit in the group is
+/// `a_target_blackhole_longer_than_max_poll_interval_keeps_the_group_membership`). 0 lost,
+/// order kept, no exit.
+#[test]
+fn a_target_blackhole_is_waited_out_and_loses_nothing() {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let span = Duration::from_secs(20);
+    let (c, written, held) =
+        through_a_blackhole(&pair, &pair.target_link, span, &[], QUICK_REQUESTS, ARGS);
+    eprintln!(
+        "TRIAL target-blackhole kafka 4.4.0: {} s blackhole, commits held at {} (from {}), \
+         resumed {:.1} s after the heal; {written} records: {}, {:.0} s",
+        span.as_secs(),
+        held.at_end,
+        held.at_start,
+        held.resumed_after,
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The target unreachable for 15 s, five times `max.poll.interval.ms` (3 s here, the session
+/// 2 s): a stream that waited for the target's acknowledgements without polling the consumer
+/// would be dropped from the group after 3 s (librdkafka leaves it once the interval passes
+/// without a poll) and its partitions lost and mirrored again. With the producer's queue at
+/// 800 records the in-flight limit (400) is reached early in the blackhole; backpressure
+/// then waits a third of the interval for acknowledgements, pauses the partitions and goes
+/// back to polling, so the member keeps its one assignment throughout: the log shows the pause and a single assignment, no lost one.
+/// 0 lost, order kept, no exit, commits resume after the heal.
+///
+/// A source blackhole longer than `max.poll.interval.ms` adds nothing to
+/// `a_source_blackhole_longer_than_the_session_is_a_clean_rejoin` (15 s there, past both the
+/// 6 s session and the 10 s interval): the interval is a client-side timer between the
+/// stream's polls, which an unreachable source does not hold up; the session is what ends.
+#[test]
+fn a_target_blackhole_longer_than_max_poll_interval_keeps_the_group_membership() {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let span = Duration::from_secs(15);
+    let consumer = [
+        ("max.poll.interval.ms", "3000"),
+        ("session.timeout.ms", "2000"),
+    ];
+    // At most 400 records unacknowledged (half the queue): the writer (about 70 records a
+    // second here) reaches it about 6 s into the blackhole.
+    let mut producer = QUICK_REQUESTS.to_vec();
+    producer.push(("queue.buffering.max.messages", "800"));
+    let (c, written, held, log) =
+        through_a_blackhole_with_log(&pair, &pair.target_link, span, &consumer, &producer, ARGS);
+    let assignments = log
+        .matches(&format!("assigned {PARTITIONS} partitions"))
+        .count();
+    eprintln!(
+        "TRIAL target-blackhole-past-max-poll kafka 4.4.0: {} s blackhole, max.poll.interval.ms \
+         3000, {assignments} assignment(s), commits held at {} (from {}), resumed {:.1} s after \
+         the heal; {written} records: {}, {:.0} s",
+        span.as_secs(),
+        held.at_end,
+        held.at_start,
+        held.resumed_after,
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        log.contains("pausing consumption until it catches up"),
+        "backpressure never paused the partitions: the trial did not reach the path; log:\n{log}"
+    );
+    assert!(
+        assignments == 1 && !log.contains("assignment lost"),
+        "the member left the group during the blackhole ({assignments} assignments); log:\n{log}"
+    );
+}
+
+/// The source unreachable for 15 s, longer than the group's session (6 s): the coordinator
+/// drops the member, whose partitions are lost (released without a flush or a commit); after
+/// the heal it rejoins and copies again from the commits. The consumer's `socket.timeout.ms`
+/// (5 s) is below the span, so fetches, heartbeats and commits in flight time out. 0 lost,
+/// order kept, no exit; duplicates (copied but not committed before the session ended)
+/// counted.
+#[test]
+fn a_source_blackhole_longer_than_the_session_is_a_clean_rejoin() {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let span = Duration::from_secs(15);
+    let (c, written, held) = through_a_blackhole(
+        &pair,
+        &pair.source_link,
+        span,
+        &[("socket.timeout.ms", "5000")],
+        &[],
+        ARGS,
+    );
+    eprintln!(
+        "TRIAL source-blackhole-past-session kafka 4.4.0: {} s blackhole, session 6 s, commits \
+         held at {}, resumed {:.1} s after the heal; {written} records: {}, {:.0} s",
+        span.as_secs(),
+        held.at_end,
+        held.resumed_after,
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// `--exactly.once true` with the source unreachable for 15 s, longer than the group's
+/// session (6 s): the stream's assignment is lost; it aborts its open transaction and rejoins
+/// as a new incarnation (a new transactional id), which fences the old id and resumes at the
+/// store's committed progress. No exit; a `read_committed` reader sees each record once, in
+/// order.
+#[test]
+fn exactly_once_through_a_source_blackhole_longer_than_the_session_copies_each_record_once() {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let span = Duration::from_secs(15);
+    let (c, written, held, log) = through_a_blackhole_with_log(
+        &pair,
+        &pair.source_link,
+        span,
+        &[("socket.timeout.ms", "5000")],
+        &[],
+        EXACTLY_ONCE,
+    );
+    let totals = assert_each_record_once(&pair, written);
+    let lost = log.matches("assignment lost").count();
+    eprintln!(
+        "TRIAL exactly-once-source-blackhole-past-session kafka 4.4.0: {} s blackhole, session \
+         6 s, {lost} assignment(s) lost, commits held at {}, resumed {:.1} s after the heal; {written} records; \
+         read_uncommitted: {}; verify (read_committed): {totals}, {:.0} s",
+        span.as_secs(),
+        held.at_end,
+        held.resumed_after,
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        lost > 0,
+        "the session outlived the blackhole: no new incarnation was tried; log:\n{log}"
+    );
+}
+
+/// The source unreachable for 12 s, shorter than the group's session (20 s here): the member
+/// keeps its partitions, and the commits that failed meanwhile are made after the heal.
+#[test]
+#[ignore = "the session outlives the fault: a milder case of the one above (about 50 s). \
+            cargo test --test kafka_faults -- --ignored --test-threads 1 within_the_session"]
+fn a_source_blackhole_within_the_session_keeps_the_partitions() {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let span = Duration::from_secs(12);
+    let (c, written, held) = through_a_blackhole(
+        &pair,
+        &pair.source_link,
+        span,
+        &[
+            ("socket.timeout.ms", "5000"),
+            ("session.timeout.ms", "20000"),
+            ("max.poll.interval.ms", "30000"),
+        ],
+        &[],
+        ARGS,
+    );
+    eprintln!(
+        "TRIAL source-blackhole-within-session kafka 4.4.0: {} s blackhole, session 20 s, \
+         commits held at {}, resumed {:.1} s after the heal; {written} records: {}, {:.0} s",
+        span.as_secs(),
+        held.at_end,
+        held.resumed_after,
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The mirror's flags in the exactly-once trials.
+const EXACTLY_ONCE: &[&str] = &[
+    "--exactly.once",
+    "true",
+    "--instance.id",
+    "a",
+    "--offset.commit.interval.ms",
+    "300",
+];
+
+/// Asserts that a `read_committed` reader of the target sees each of the `written` source
+/// records once, in order (`mirror-maker verify --exactly.once --isolation read_committed`);
+/// returns verify's totals for the trial's line.
+fn assert_each_record_once(pair: &FaultyPair, written: u64) -> serde_json::Value {
+    let (code, stdout, stderr) =
+        pair.verify(&["--exactly.once", "--isolation", "read_committed", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    assert_eq!(
+        code,
+        Some(0),
+        "verify --exactly.once failed: {json}\n{stderr}"
+    );
+    assert_eq!(json["totals"]["source_records"], written, "{json}");
+    assert_eq!(json["totals"]["duplicated"], 0, "{json}");
+    json["totals"].clone()
+}
+
+/// `--exactly.once true` through a target blackhole of `span`, the producer's
+/// `transaction.timeout.ms` at `transaction_ms`, its request timeouts at 5 s (below the span,
+/// so requests in flight time out), `max.poll.interval.ms` at 30 s (above the span). A
+/// `read_committed` reader of the target sees each record once, in order.
+fn exactly_once_through_a_target_blackhole(span: Duration, transaction_ms: &str, name: &str) {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let mut producer = QUICK_REQUESTS.to_vec();
+    producer.push(("transaction.timeout.ms", transaction_ms));
+    let (c, written, held) = through_a_blackhole(
+        &pair,
+        &pair.target_link,
+        span,
+        &[("max.poll.interval.ms", "30000")],
+        &producer,
+        EXACTLY_ONCE,
+    );
+    let totals = assert_each_record_once(&pair, written);
+    eprintln!(
+        "TRIAL {name} kafka 4.4.0: {} s blackhole, transaction.timeout.ms {transaction_ms}, \
+         commits held at {}, resumed {:.1} s after the heal; {written} records; \
+         read_uncommitted: {}; verify (read_committed): {totals}, {:.0} s",
+        span.as_secs(),
+        held.at_end,
+        held.resumed_after,
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// A 20 s blackhole, above the request timeouts (5 s), below `transaction.timeout.ms` (60 s,
+/// librdkafka's default): the open transaction's flush waits it out and commits.
+#[test]
+fn exactly_once_through_a_target_blackhole_copies_each_record_once() {
+    exactly_once_through_a_target_blackhole(
+        Duration::from_secs(20),
+        "60000",
+        "exactly-once-target-blackhole",
+    );
+}
+
+/// A 25 s blackhole, above twice `transaction.timeout.ms` (10 s): the flush of the open
+/// transaction times out (10 s), then its abort (10 s more) while the target is still
+/// unreachable; by the abort's next try the transaction coordinator has aborted the
+/// transaction itself and fenced the producer. The stream rejoins as a new incarnation and
+/// copies on from the last commit: no exit, each record once. (It failed before with exit 1:
+/// "cannot abort the transaction: ... Failed to flush all outstanding messages".)
+#[test]
+fn exactly_once_through_a_target_blackhole_longer_than_two_transaction_timeouts() {
+    exactly_once_through_a_target_blackhole(
+        Duration::from_secs(25),
+        "10000",
+        "exactly-once-long-target-blackhole",
+    );
+}
+
+/// What a storm of resets measured.
+struct Storm {
+    /// Offsets committed from its start to its end.
+    committed_during: i64,
+    /// Connections reset, per link.
+    resets: Vec<u64>,
+}
+
+/// Copies a backlog of 3,000 records and a steady writer through the proxies; once commits
+/// flow, every connection through each of `links` is reset (RST) every 2 s for `span`. Asserts
+/// the mirror runs through it, resets happened on each link and commits advanced between
+/// them; then catches up, exits 0, and loses nothing. Returns the comparison, the records
+/// written and the figures.
+fn through_resets(
+    pair: &FaultyPair,
+    links: &[&FaultProxy],
+    span: Duration,
+    producer: &[(&str, &str)],
+    args: &[&str],
+) -> (Comparison, u64, Storm) {
+    pair.write(0..3000);
+    let trickle = pair.trickle(3000, 10);
+    let mut mirror = pair.mirror().producer(producer).args(args).start();
+    wait_commits_past(pair, &mut mirror, 3000, Duration::from_secs(60));
+    let before = committed_total(&pair.src(), TOPIC, PARTITIONS);
+    let storm = Instant::now();
+    while storm.elapsed() < span {
+        for link in links {
+            link.reset_all();
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(
+            mirror.is_running(),
+            "the mirror exited during the resets; log:\n{}",
+            mirror.log()
+        );
+    }
+    let committed_during = committed_total(&pair.src(), TOPIC, PARTITIONS) - before;
+    let resets: Vec<u64> = links.iter().map(|l| l.resets()).collect();
+    let written = trickle.stop();
+    let end = pair.wait_caught_up(&mut mirror);
+    assert_eq!(end.iter().sum::<i64>() as u64, written);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    assert!(resets.iter().all(|&r| r > 0), "resets per link: {resets:?}");
+    assert!(committed_during > 0, "nothing committed between the resets");
+    let c = compare_each(pair);
+    assert_eq!((c.source, c.lost, c.changed), (written, 0, 0), "{c:?}");
+    (
+        c,
+        written,
+        Storm {
+            committed_during,
+            resets,
+        },
+    )
+}
+
+/// `--exactly.once true` through a 15 s target blackhole, longer than `max.poll.interval.ms`
+/// (10 s, the test default) and than `transaction.timeout.ms` (10 s): an exactly-once stream
+/// does not serve the source group while a transactional call waits for the target, so it
+/// leaves the group when the interval passes, and rejoins as a new incarnation after the heal
+/// (docs/exactly-once.md): the log shows librdkafka leaving the group (its MAXPOLL warning);
+/// the stream then finds its assignment lost, or its producer fenced by the coordinator's
+/// abort of the transaction that outlived its timeout, and rejoins. No exit; each record once. (A
+/// blackhole longer than the interval plus twice the transaction timeout, where the new
+/// incarnation cannot initialise its id and the mirror stops with exit 1, is not tried.)
+#[test]
+fn exactly_once_through_a_target_blackhole_longer_than_max_poll_interval_copies_each_record_once() {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let span = Duration::from_secs(15);
+    let mut producer = QUICK_REQUESTS.to_vec();
+    producer.push(("transaction.timeout.ms", "10000"));
+    let (c, written, held, log) =
+        through_a_blackhole_with_log(&pair, &pair.target_link, span, &[], &producer, EXACTLY_ONCE);
+    let totals = assert_each_record_once(&pair, written);
+    // librdkafka's MAXPOLL warning (the mirror repeats it in a line of its own).
+    let left = log.matches("message processing): leaving group").count();
+    let lost = log.matches("assignment lost").count();
+    eprintln!(
+        "TRIAL exactly-once-target-blackhole-past-max-poll kafka 4.4.0: {} s blackhole, \
+         max.poll.interval.ms 10000, transaction.timeout.ms 10000, left the group {left} \
+         time(s), {lost} assignment(s) lost, commits held at {}, resumed {:.1} s after the \
+         heal; {written} records; \
+         read_uncommitted: {}; verify (read_committed): {totals}, {:.0} s",
+        span.as_secs(),
+        held.at_end,
+        held.resumed_after,
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        left > 0,
+        "the stream never left the group: the blackhole did not outlast the interval; log:\n{log}"
+    );
+}
+
+/// Every connection to both clusters reset (RST) every 2 s for 30 s while copying: each
+/// client reconnects, requests cut mid-way are retried. 0 lost, order kept, no exit; the
+/// commits advance between resets.
+#[test]
+fn connections_reset_every_two_seconds_lose_nothing() {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let (c, written, storm) = through_resets(
+        &pair,
+        &[&pair.source_link, &pair.target_link],
+        Duration::from_secs(30),
+        &[],
+        ARGS,
+    );
+    eprintln!(
+        "TRIAL connection-resets kafka 4.4.0: both links reset every 2 s for 30 s \
+         ({} source and {} target connections reset), {} offsets committed meanwhile; \
+         {written} records: {}, {:.0} s",
+        storm.resets[0],
+        storm.resets[1],
+        storm.committed_during,
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// `--exactly.once true` while every connection through `link` is reset every 2 s for 20 s
+/// (shorter than the at-least-once storm, to keep the trial within a minute):
+/// produce, AddPartitionsToTxn, EndTxn or the store's reads cut mid-request (towards the
+/// target), fetches, heartbeats and the group's commits (towards the source). No exit; a
+/// `read_committed` reader sees each record once, in order.
+fn exactly_once_through_resets(link: fn(&FaultyPair) -> &FaultProxy, name: &str) {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let span = Duration::from_secs(20);
+    let (c, written, storm) =
+        through_resets(&pair, &[link(&pair)], span, QUICK_REQUESTS, EXACTLY_ONCE);
+    let totals = assert_each_record_once(&pair, written);
+    eprintln!(
+        "TRIAL {name} kafka 4.4.0: reset every 2 s for 20 s ({} connections reset), {} offsets \
+         committed meanwhile; {written} records; read_uncommitted: {}; verify \
+         (read_committed): {totals}, {:.0} s",
+        storm.resets[0],
+        storm.committed_during,
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn exactly_once_through_connection_resets_to_the_target_copies_each_record_once() {
+    exactly_once_through_resets(|p| &p.target_link, "exactly-once-target-resets");
+}
+
+/// Towards the source the resets cut what at-least-once's storm cuts (fetches, heartbeats, the
+/// group's commits, here for monitoring only), plus the claim's synchronous commit at a
+/// rejoin; the transactional paths are the target's, above.
+#[test]
+#[ignore = "milder than the target's resets for this mode; about 60 s. cargo test --test \
+            kafka_faults -- --ignored --test-threads 1 resets_to_the_source"]
+fn exactly_once_through_connection_resets_to_the_source_copies_each_record_once() {
+    exactly_once_through_resets(|p| &p.source_link, "exactly-once-source-resets");
+}
+
+/// 100 ms (+ up to 50 ms jitter) each way towards the target and 2 % of chunks held an extra
+/// 200 ms (a retransmission), for 20 s while copying: slower, never stopped. 0 lost, order
+/// kept, no exit, commits advancing during it.
+#[test]
+#[ignore = "a slow link without a failure: covered by the blackhole and reset trials' paths \
+            (about 45 s). cargo test --test kafka_faults -- --ignored --test-threads 1 latency"]
+fn latency_jitter_and_loss_towards_the_target_lose_nothing() {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    pair.write(0..3000);
+    let trickle = pair.trickle(3000, 10);
+    let mut mirror = pair.mirror().args(ARGS).start();
+    wait_commits_past(&pair, &mut mirror, 3000, Duration::from_secs(60));
+    pair.target_link
+        .latency(Duration::from_millis(100), Duration::from_millis(50));
+    pair.target_link.loss(0.02);
+    let before = committed_total(&pair.src(), TOPIC, PARTITIONS);
+    std::thread::sleep(Duration::from_secs(20));
+    let during = committed_total(&pair.src(), TOPIC, PARTITIONS) - before;
+    assert!(mirror.is_running(), "log:\n{}", mirror.log());
+    pair.target_link.heal();
+    let written = trickle.stop();
+    let end = pair.wait_caught_up(&mut mirror);
+    assert_eq!(end.iter().sum::<i64>() as u64, written);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let c = compare_each(&pair);
+    eprintln!(
+        "TRIAL latency kafka 4.4.0: 100 ms + 0-50 ms each way and 2 % loss to the target for \
+         20 s, {during} offsets committed meanwhile; {written} records: {}, {:.0} s",
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(during > 0, "nothing committed through the slow link");
+    assert_eq!((c.source, c.lost, c.changed), (written, 0, 0), "{c:?}");
+}
+
+/// A backlog of 40 MB (40,000 records of 1 kB) and the link to the target capped at
+/// 256 kB/s for 20 s: the mirror is held back (backpressure), does not exit, and its memory
+/// stays bounded by what it may hold, not by the backlog. With the producer queue at 4,000
+/// records it may have 2,000 unacknowledged (half the queue, about 2 MB), and the consumer
+/// prefetches at most `queued.min.messages` (10,000, about 10 MB); the peak resident size
+/// during the cap must stay below the resident size before it plus 32 MiB, under the backlog
+/// (a mirror that read the backlog into memory would exceed it).
+#[test]
+#[ignore = "backpressure is also proven on the mock (trials::memory_stays_bounded_*); \
+            about 60 s. cargo test --test kafka_faults -- --ignored --test-threads 1 bandwidth"]
+fn a_thin_link_to_the_target_holds_the_mirror_back_in_bounded_memory() {
+    let _serial = one_at_a_time();
+    const RECORDS: u64 = 40_000;
+    const RATE: u64 = 256 * 1024;
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    write_samples(&pair.src(), TOPIC, 0..1000, PARTITIONS, 1000).expect("writing samples");
+    let mut mirror = pair
+        .mirror()
+        .consumer(&[])
+        .producer(&[("queue.buffering.max.messages", "4000")])
+        .args(ARGS)
+        .start();
+    wait_commits_past(&pair, &mut mirror, 999, Duration::from_secs(60));
+    let pid = mirror.pid();
+    pair.target_link.bandwidth(RATE);
+    let rss_before = process_memory_kib(pid, "VmRSS");
+    let peak_reset = reset_peak_memory(pid);
+    write_samples(&pair.src(), TOPIC, 1000..RECORDS, PARTITIONS, 1000).expect("writing samples");
+    let capped = Instant::now();
+    let before = committed_total(&pair.src(), TOPIC, PARTITIONS);
+    let mut rss_max = rss_before;
+    while capped.elapsed() < Duration::from_secs(20) {
+        rss_max = rss_max.max(process_memory_kib(pid, "VmRSS"));
+        assert!(mirror.is_running(), "log:\n{}", mirror.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let peak = if peak_reset {
+        process_memory_kib(pid, "VmHWM")
+    } else {
+        rss_max
+    };
+    let during = committed_total(&pair.src(), TOPIC, PARTITIONS) - before;
+    pair.target_link.heal();
+    let end = pair.wait_caught_up(&mut mirror);
+    assert_eq!(end.iter().sum::<i64>() as u64, RECORDS);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let c = compare_each(&pair);
+    eprintln!(
+        "TRIAL thin-link kafka 4.4.0: target capped at {} kB/s for 20 s with a 40 MB backlog: \
+         {during} offsets committed meanwhile; RSS {} MiB before, peak {} MiB during (sampled \
+         max {} MiB); {RECORDS} records: {}, {:.0} s",
+        RATE / 1024,
+        rss_before / 1024,
+        peak / 1024,
+        rss_max / 1024,
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(during > 0, "nothing committed through the thin link");
+    assert!(
+        (during as u64) < RECORDS - 1000,
+        "the whole backlog went through: the cap did not hold it back"
+    );
+    assert!(
+        peak < rss_before + 32 * 1024,
+        "peak RSS {peak} KiB, {rss_before} KiB before the cap: memory follows the backlog"
+    );
+    assert_eq!((c.source, c.lost, c.changed), (RECORDS, 0, 0), "{c:?}");
+}
+
+/// Where a partition's copy on the target leaves its source's order: each pair of
+/// neighbouring target records whose second is not the source record after the first, as
+/// (source position, source position). One hand-over may leave one such break, going back
+/// (the next owner copies again from the last commit what the previous one had copied after
+/// it); a record of the previous owner landing among the next owner's copies makes two.
+fn order_breaks(pair: &FaultyPair, partition: i32) -> Vec<(usize, usize)> {
+    let read = |bootstrap: &str| {
+        mirror_maker::tools::compare::read_partition(
+            bootstrap,
+            pair.topic,
+            partition,
+            Duration::from_secs(60),
+        )
+        .expect("reading a partition")
+    };
+    let position: std::collections::HashMap<u64, usize> = read(&pair.src())
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| (f, i))
+        .collect();
+    let copies: Vec<usize> = read(&pair.dst()).iter().map(|f| position[f]).collect();
+    copies
+        .windows(2)
+        .filter(|w| w[1] != w[0] + 1)
+        .map(|w| (w[0], w[1]))
+        .collect()
+}
+
+/// A revocation whose flush runs out while Produce requests of the released partitions are
+/// on the wire, and those requests then fail retriably (a connection reset, before their
+/// `request.timeout.ms`, librdkafka's 30 s): librdkafka queues their records again. The
+/// first instance reaches the target through the proxy, which holds every byte (a
+/// blackhole) from 2 s before a second instance joins; the second instance reaches the
+/// target directly. Once the first one's revocation flush has run out, the proxy resets its
+/// connections (what it held is dropped, unwritten). Once the second instance's copies of
+/// its partitions are on the target and committed, the link heals: nothing the first
+/// instance had for those partitions reaches the target after them. Per partition: 0 lost,
+/// and the copy leaves its source order at most once, going back (the hand-over).
+#[test]
+fn records_on_the_wire_at_a_release_never_land_after_the_next_owners_copies() {
+    // Not abort mode: there librdkafka's gap-less guarantee makes the purge of a request it
+    // has numbered already a fatal error of the producer (it sends nothing more; the mirror
+    // exits 1), see docs/guarantees.md.
+    const SKIP: &[&str] = &["--abort.on.send.failure", "false"];
+    // A release of 24 s: the flush 12 s and the drain at most 12 s (before the fix, a flush
+    // of 24 s and 5 s for the purge, still within the group's rebalance timeout, 30 s);
+    // `request.timeout.ms` stays librdkafka's 30 s, so that the requests sent since the
+    // blackhole began are still on the wire when the flush runs out.
+    let consumer = [("max.poll.interval.ms", "30000")];
+    // Each request gathers 50 ms of the writer's records, of every partition: those sent once
+    // the blackhole has begun carry records of the partitions released.
+    let producer = [("linger.ms", "50")];
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    pair.write(0..1000);
+    let mut first = pair
+        .mirror()
+        .consumer(&consumer)
+        .producer(&producer)
+        .args(SKIP)
+        .commit_ms(300)
+        .start();
+    wait_commits_past(&pair, &mut first, 999, Duration::from_secs(60));
+    // Every record written from now on goes out in requests that the proxy holds.
+    pair.target_link.blackhole();
+    let trickle = pair.trickle(1000, 10);
+    // Not a condition: records pile up in flight in the first instance's producer (nothing
+    // outside the process tells how many).
+    std::thread::sleep(Duration::from_secs(2));
+    let mut second = Endpoints::mirror(&pair)
+        .consumer(&consumer)
+        .producer(&producer)
+        .args(SKIP)
+        .commit_ms(300)
+        .start();
+    first.wait_for_log(
+        "flush before releasing",
+        "the first instance's revocation flush",
+    );
+    pair.target_link.reset_all();
+    first.wait_for("the first instance's release", |m: &Mirror| {
+        m.log().contains("released ") || m.log().contains("took back")
+    });
+    second.wait_for("the second instance's partitions", |m: &Mirror| {
+        m.log().contains("assigned ") && m.log().contains("orders/")
+    });
+    let released_after = started.elapsed().as_secs_f64();
+    // Only the second instance can commit: its copies are on the target.
+    let before = committed_total(&pair.src(), TOPIC, PARTITIONS);
+    wait_commits_past(&pair, &mut second, before, Duration::from_secs(60));
+    pair.target_link.heal();
+    let written = trickle.stop();
+    wait_committed(&mut second, &pair.src(), TOPIC, PARTITIONS, written as i64);
+    assert_eq!(first.stop().code(), Some(0), "log:\n{}", first.log());
+    assert_eq!(second.stop().code(), Some(0), "log:\n{}", second.log());
+    for line in first.log().lines().chain(second.log().lines()) {
+        if [
+            "flush before",
+            "rewound",
+            "released",
+            "assigned",
+            "purge",
+            "in flight",
+        ]
+        .iter()
+        .any(|w| line.contains(w))
+        {
+            eprintln!("{line}");
+        }
+    }
+    let c = compare_each(&pair);
+    assert_eq!((c.source, c.lost, c.changed), (written, 0, 0), "{c:?}");
+    let breaks: Vec<Vec<(usize, usize)>> =
+        (0..PARTITIONS).map(|p| order_breaks(&pair, p)).collect();
+    eprintln!(
+        "TRIAL records-on-the-wire-at-a-release kafka 4.4.0: released after {released_after:.0} \
+         s; {written} records: {}; order breaks per partition {:?}; {:.0} s",
+        c.summary(),
+        breaks.iter().map(Vec::len).collect::<Vec<_>>(),
+        started.elapsed().as_secs_f64()
+    );
+    for (p, b) in breaks.iter().enumerate() {
+        assert!(
+            b.len() <= 1 && b.iter().all(|(from, to)| to <= from),
+            "partition {p}: the copy leaves its source order {} times {b:?}: records of the \
+             previous owner landed among the next owner's copies; log of the first \
+             instance:\n{}",
+            b.len(),
+            first.log()
+        );
+    }
+}
