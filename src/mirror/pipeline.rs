@@ -19,7 +19,7 @@ use super::throttle::Throttle;
 use super::topics::TopicCreator;
 use crate::settings::client::ClientProps;
 use crate::settings::flags::Partitioning;
-use crate::settings::{counted, Settings};
+use crate::settings::{batch_unapplied, counted, Settings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MirrorError {
@@ -60,6 +60,9 @@ pub fn run(
     }
     if settings.batches {
         tracing::info!("copying record batches as they are (--copy.mode batches)");
+        for line in batch_unapplied(settings) {
+            tracing::warn!("{line}");
+        }
     } else if let Some(reason) = &settings.batches_refused {
         tracing::info!("--copy.mode auto: copying records, the batch engine cannot serve {reason}");
     }

@@ -671,6 +671,25 @@ pub fn batch_refusal(settings: &Settings) -> Option<String> {
     None
 }
 
+/// The producer settings the batch engine does not apply, one line each for a start-up
+/// warning: it sends the source's records sections compressed as the source's producers wrote
+/// them, so a `compression.*` of the producer config has no effect there. Not refused: Kafka's
+/// stock config/producer.properties sets `compression.type=none`.
+pub fn batch_unapplied(settings: &Settings) -> Vec<String> {
+    ["compression.type", "compression.codec", "compression.level"]
+        .into_iter()
+        .filter_map(|key| {
+            let value = settings.producer.get(key)?;
+            Some(format!(
+                "`{key} = {value}` in the producer config {} is not applied with --copy.mode \
+                 batches: record batches go to the target compressed as the source's producers \
+                 wrote them (use --copy.mode records to compress them again)",
+                settings.producer.path.display()
+            ))
+        })
+        .collect()
+}
+
 /// `--on.handler.error`: what a record the message handler refuses does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OnHandlerError {
@@ -754,6 +773,16 @@ mod tests {
             SettingsOptions::default(),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_producer_compression_the_batch_engine_cannot_apply_is_named() {
+        assert!(batch_unapplied(&settings(&[])).is_empty());
+        let lines = batch_unapplied(&settings(&[("compression.type", "zstd")]));
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        for needle in ["`compression.type = zstd`", "p.toml", "--copy.mode records"] {
+            assert!(lines[0].contains(needle), "{needle:?} not in {}", lines[0]);
+        }
     }
 
     #[test]
