@@ -336,6 +336,18 @@ fn fidelity_on_kafka_3_with_batches() {
 /// the target topic with the source's partition count and configs.
 #[test]
 fn a_target_with_auto_create_gets_the_source_partitions() {
+    target_with_auto_create(CopyMode::Records);
+}
+
+/// The same with the batch engine, whose own Metadata requests to the target must not let the
+/// broker create the topic with its defaults before the mirror creates it.
+#[test]
+fn a_target_with_auto_create_gets_the_source_partitions_with_batches() {
+    target_with_auto_create(CopyMode::Batches);
+}
+
+fn target_with_auto_create(mode: CopyMode) {
+    let started = Instant::now();
     let pair = KafkaPair::with(
         KAFKA_4,
         1,
@@ -345,13 +357,20 @@ fn a_target_with_auto_create_gets_the_source_partitions() {
         &[("retention.ms", "123456789")],
     );
     pair.write(0..300);
-    pair.mirror_until_committed(&[], 300);
+    pair.mirror_until_committed(&["--copy.mode", mode.flag()], 300);
     let configs = topic_configs(&pair.dst(), TOPIC);
     assert!(
         configs.contains(&("retention.ms".into(), "123456789".into())),
         "{configs:?}"
     );
     let c = pair.compare();
+    eprintln!(
+        "TRIAL auto-create kafka 4.4.0 {}: target topic made with the source's configs, {}, \
+         {:.0} s",
+        mode.flag(),
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
     assert!(c.is_exact() && c.source == 300, "{c:?}");
 }
 
@@ -360,6 +379,20 @@ fn a_target_with_auto_create_gets_the_source_partitions() {
 /// mirror wrote it.
 #[test]
 fn a_log_append_time_source_keeps_its_timestamps() {
+    log_append_time_source(CopyMode::Records);
+}
+
+/// The same with the batch engine, which encodes each LogAppendTime batch again with the append
+/// time as each record's CreateTime.
+#[test]
+#[ignore = "the batch engine stops at once, committed 0 of 500: each LogAppendTime batch is \
+            encoded again, and source orders/1 offset 1 repeats the header key hop (3 headers, \
+            2 distinct keys), which the re-encode path refuses (RepeatedHeaderKey)"]
+fn a_log_append_time_source_keeps_its_timestamps_with_batches() {
+    log_append_time_source(CopyMode::Batches);
+}
+
+fn log_append_time_source(mode: CopyMode) {
     let started = Instant::now();
     let pair = KafkaPair::with(
         KAFKA_4,
@@ -373,7 +406,7 @@ fn a_log_append_time_source_keeps_its_timestamps() {
     // Not a condition: time passes, so that the target's append times would be later than
     // every source append time.
     std::thread::sleep(Duration::from_millis(1500));
-    pair.mirror_until_committed(&[], 500);
+    pair.mirror_until_committed(&["--copy.mode", mode.flag()], 500);
     let target_type = topic_configs(&pair.dst(), TOPIC)
         .into_iter()
         .find(|(k, _)| k == "message.timestamp.type");
@@ -390,8 +423,9 @@ fn a_log_append_time_source_keeps_its_timestamps() {
         checked += s.len();
     }
     eprintln!(
-        "TRIAL log-append-time kafka 4.4.0: {checked} records keep the source's append times, \
-         {:.0} s",
+        "TRIAL log-append-time kafka 4.4.0 {}: {checked} records keep the source's append \
+         times, {:.0} s",
+        mode.flag(),
         started.elapsed().as_secs_f64()
     );
 }
@@ -480,10 +514,16 @@ struct TighterTimestamps {
     last_line: String,
 }
 
-fn tighter_timestamps() -> &'static TighterTimestamps {
-    static OUTCOME: std::sync::OnceLock<Result<TighterTimestamps, String>> =
+fn tighter_timestamps(mode: CopyMode) -> &'static TighterTimestamps {
+    static RECORDS: std::sync::OnceLock<Result<TighterTimestamps, String>> =
         std::sync::OnceLock::new();
-    scenario_once(&OUTCOME, || {
+    static BATCHES: std::sync::OnceLock<Result<TighterTimestamps, String>> =
+        std::sync::OnceLock::new();
+    let outcome = match mode {
+        CopyMode::Records => &RECORDS,
+        CopyMode::Batches => &BATCHES,
+    };
+    scenario_once(outcome, || {
         let pair = KafkaPair::new(KAFKA_4, TOPIC, 1);
         pair.target
             .create_topic(TOPIC, 1, 1, &[("message.timestamp.before.max.ms", "60000")]);
@@ -519,7 +559,7 @@ fn tighter_timestamps() -> &'static TighterTimestamps {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let mut mirror = pair.mirror().commit_ms(300).start();
+        let mut mirror = pair.mirror().copy_mode(mode).commit_ms(300).start();
         let exit = mirror.wait(Duration::from_secs(60)).code();
         let log = mirror.log();
         let last_line = log.lines().last().unwrap_or_default().to_owned();
@@ -533,11 +573,26 @@ fn tighter_timestamps() -> &'static TighterTimestamps {
 
 #[test]
 fn a_target_refusing_old_timestamps_stops_the_mirror_naming_the_setting() {
-    let outcome = tighter_timestamps();
+    target_refusing_old_timestamps(CopyMode::Records);
+}
+
+#[test]
+fn a_target_refusing_old_timestamps_stops_the_mirror_naming_the_setting_with_batches() {
+    target_refusing_old_timestamps(CopyMode::Batches);
+}
+
+fn target_refusing_old_timestamps(mode: CopyMode) {
+    let outcome = tighter_timestamps(mode);
     assert_eq!(outcome.exit, Some(1), "last line: {}", outcome.last_line);
     let line = &outcome.last_line;
+    // The record engine names the refused record; the batch engine the refused batch, by its
+    // first and last source offsets.
+    let refused = match mode {
+        CopyMode::Records => "orders/0 offset 0",
+        CopyMode::Batches => "orders/0 offsets 0 to ",
+    };
     assert!(
-        line.contains("orders/0 offset 0")
+        line.contains(refused)
             && line.contains("message.timestamp.before.max.ms")
             && line.contains("message.timestamp.after.max.ms"),
         "last line: {line}"
@@ -546,7 +601,7 @@ fn a_target_refusing_old_timestamps_stops_the_mirror_naming_the_setting() {
 
 #[test]
 fn check_warns_of_a_target_topic_with_a_tighter_timestamp_bound() {
-    let check = &tighter_timestamps().check;
+    let check = &tighter_timestamps(CopyMode::Records).check;
     assert!(
         check.lines().any(|l| l.starts_with("warning:")
             && l.contains("orders")
