@@ -732,15 +732,21 @@ type Translated = (i32, i64, Result<i64, String>, i64, usize);
 
 const HARD_KILLS: usize = 10;
 
-fn hard_kills() -> &'static HardKills {
-    static OUTCOME: std::sync::OnceLock<Result<HardKills, String>> = std::sync::OnceLock::new();
-    scenario_once(&OUTCOME, || {
+fn hard_kills(mode: CopyMode) -> &'static HardKills {
+    static RECORDS: std::sync::OnceLock<Result<HardKills, String>> = std::sync::OnceLock::new();
+    static BATCHES: std::sync::OnceLock<Result<HardKills, String>> = std::sync::OnceLock::new();
+    let outcome = match mode {
+        CopyMode::Records => &RECORDS,
+        CopyMode::Batches => &BATCHES,
+    };
+    scenario_once(outcome, || {
         const PARTITIONS: i32 = 8;
         let pair = KafkaPair::new(KAFKA_4, TOPIC, PARTITIONS);
         pair.write(0..20_000);
         let trickle = pair.trickle(20_000, 100);
         let instance = pair
             .mirror()
+            .copy_mode(mode)
             .consumer(&[
                 ("session.timeout.ms", "2000"),
                 ("heartbeat.interval.ms", "300"),
@@ -780,15 +786,20 @@ fn hard_kills() -> &'static HardKills {
         let end = pair.wait_caught_up(&mut last);
         assert_eq!(last.stop().code(), Some(0), "log:\n{}", last.log());
         let comparisons = compare_partitions(&pair);
-        let mut total = Comparison::default();
+        // (`add` keeps `in_order` only while every partition's is true.)
+        let mut total = Comparison {
+            in_order: true,
+            ..Comparison::default()
+        };
         comparisons.iter().for_each(|c| total.add(c));
         let committed_at_kills: Vec<i64> = kill_points
             .iter()
             .map(|k| k.iter().map(|c| c.max(&0)).sum())
             .collect();
         eprintln!(
-            "TRIAL hard-kills kafka 4.4.0: {HARD_KILLS} SIGKILLs (committed at each: \
+            "TRIAL hard-kills kafka 4.4.0 {}: {HARD_KILLS} SIGKILLs (committed at each: \
              {committed_at_kills:?}), {}, {:.0} s",
+            mode.flag(),
             total.summary(),
             started.elapsed().as_secs_f64()
         );
@@ -830,7 +841,16 @@ fn hard_kills() -> &'static HardKills {
 /// no committed record unmapped on the target.
 #[test]
 fn a_hard_kill_at_any_moment_leaves_no_committed_record_unmapped() {
-    let trial = hard_kills();
+    hard_kills_leave_no_committed_record_unmapped(CopyMode::Records);
+}
+
+#[test]
+fn a_hard_kill_at_any_moment_leaves_no_committed_record_unmapped_with_batches() {
+    hard_kills_leave_no_committed_record_unmapped(CopyMode::Batches);
+}
+
+fn hard_kills_leave_no_committed_record_unmapped(mode: CopyMode) {
+    let trial = hard_kills(mode);
     assert!(
         trial.unmapped_at_kills.is_empty(),
         "{:#?}",
@@ -842,7 +862,16 @@ fn a_hard_kill_at_any_moment_leaves_no_committed_record_unmapped() {
 /// the target after the last commit before each kill) counted, not refused.
 #[test]
 fn hard_kills_during_a_steady_load_lose_nothing() {
-    let trial = hard_kills();
+    hard_kills_lose_nothing(CopyMode::Records);
+}
+
+#[test]
+fn hard_kills_during_a_steady_load_lose_nothing_with_batches() {
+    hard_kills_lose_nothing(CopyMode::Batches);
+}
+
+fn hard_kills_lose_nothing(mode: CopyMode) {
+    let trial = hard_kills(mode);
     assert_eq!(trial.end.iter().sum::<i64>() as u64, trial.written);
     let mut total = Comparison::default();
     for (p, c) in trial.comparisons.iter().enumerate() {
@@ -864,7 +893,16 @@ fn hard_kills_during_a_steady_load_lose_nothing() {
 /// source record from that offset on).
 #[test]
 fn after_hard_kills_a_translated_group_offset_loses_no_record() {
-    let trial = hard_kills();
+    translated_offsets_lose_no_record(CopyMode::Records);
+}
+
+#[test]
+fn after_hard_kills_a_translated_group_offset_loses_no_record_with_batches() {
+    translated_offsets_lose_no_record(CopyMode::Batches);
+}
+
+fn translated_offsets_lose_no_record(mode: CopyMode) {
+    let trial = hard_kills(mode);
     for (p, offset, at, lossless, _) in &trial.translations {
         let at = at.as_ref().unwrap_or_else(|other| {
             panic!("partition {p}, source offset {offset}: not one exact translation: {other}")
@@ -881,7 +919,16 @@ fn after_hard_kills_a_translated_group_offset_loses_no_record() {
 /// translation is exactly the latest lossless resume, not before it among copies made twice.
 #[test]
 fn after_hard_kills_a_translated_group_offset_reads_no_record_twice() {
-    let trial = hard_kills();
+    translated_offsets_read_no_record_twice(CopyMode::Records);
+}
+
+#[test]
+fn after_hard_kills_a_translated_group_offset_reads_no_record_twice_with_batches() {
+    translated_offsets_read_no_record_twice(CopyMode::Batches);
+}
+
+fn translated_offsets_read_no_record_twice(mode: CopyMode) {
+    let trial = hard_kills(mode);
     for (p, offset, at, lossless, read_again) in &trial.translations {
         let Ok(at) = at else { continue };
         assert_eq!(
@@ -896,7 +943,8 @@ fn after_hard_kills_a_translated_group_offset_reads_no_record_twice() {
         );
     }
     eprintln!(
-        "TRIAL hard-kills kafka 4.4.0: {} offsets translated",
+        "TRIAL hard-kills kafka 4.4.0 {}: {} offsets translated",
+        mode.flag(),
         trial.translations.len()
     );
 }
@@ -905,7 +953,16 @@ fn after_hard_kills_a_translated_group_offset_reads_no_record_twice() {
 /// total advanced between most kills.
 #[test]
 fn the_hard_kill_trial_kills_mirrors_while_they_copy() {
-    let trial = hard_kills();
+    hard_kills_hit_copying_mirrors(CopyMode::Records);
+}
+
+#[test]
+fn the_hard_kill_trial_kills_mirrors_while_they_copy_with_batches() {
+    hard_kills_hit_copying_mirrors(CopyMode::Batches);
+}
+
+fn hard_kills_hit_copying_mirrors(mode: CopyMode) {
+    let trial = hard_kills(mode);
     let committed_at_kills: Vec<i64> = trial
         .kill_points
         .iter()
