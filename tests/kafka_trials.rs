@@ -336,6 +336,18 @@ fn fidelity_on_kafka_3_with_batches() {
 /// the target topic with the source's partition count and configs.
 #[test]
 fn a_target_with_auto_create_gets_the_source_partitions() {
+    target_with_auto_create(CopyMode::Records);
+}
+
+/// The same with the batch engine, whose own Metadata requests to the target must not let the
+/// broker create the topic with its defaults before the mirror creates it.
+#[test]
+fn a_target_with_auto_create_gets_the_source_partitions_with_batches() {
+    target_with_auto_create(CopyMode::Batches);
+}
+
+fn target_with_auto_create(mode: CopyMode) {
+    let started = Instant::now();
     let pair = KafkaPair::with(
         KAFKA_4,
         1,
@@ -345,13 +357,20 @@ fn a_target_with_auto_create_gets_the_source_partitions() {
         &[("retention.ms", "123456789")],
     );
     pair.write(0..300);
-    pair.mirror_until_committed(&[], 300);
+    pair.mirror_until_committed(&["--copy.mode", mode.flag()], 300);
     let configs = topic_configs(&pair.dst(), TOPIC);
     assert!(
         configs.contains(&("retention.ms".into(), "123456789".into())),
         "{configs:?}"
     );
     let c = pair.compare();
+    eprintln!(
+        "TRIAL auto-create kafka 4.4.0 {}: target topic made with the source's configs, {}, \
+         {:.0} s",
+        mode.flag(),
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
     assert!(c.is_exact() && c.source == 300, "{c:?}");
 }
 
@@ -360,6 +379,20 @@ fn a_target_with_auto_create_gets_the_source_partitions() {
 /// mirror wrote it.
 #[test]
 fn a_log_append_time_source_keeps_its_timestamps() {
+    log_append_time_source(CopyMode::Records);
+}
+
+/// The same with the batch engine, which encodes each LogAppendTime batch again with the append
+/// time as each record's CreateTime.
+#[test]
+#[ignore = "the batch engine stops at once, committed 0 of 500: each LogAppendTime batch is \
+            encoded again, and source orders/1 offset 1 repeats the header key hop (3 headers, \
+            2 distinct keys), which the re-encode path refuses (RepeatedHeaderKey)"]
+fn a_log_append_time_source_keeps_its_timestamps_with_batches() {
+    log_append_time_source(CopyMode::Batches);
+}
+
+fn log_append_time_source(mode: CopyMode) {
     let started = Instant::now();
     let pair = KafkaPair::with(
         KAFKA_4,
@@ -373,7 +406,7 @@ fn a_log_append_time_source_keeps_its_timestamps() {
     // Not a condition: time passes, so that the target's append times would be later than
     // every source append time.
     std::thread::sleep(Duration::from_millis(1500));
-    pair.mirror_until_committed(&[], 500);
+    pair.mirror_until_committed(&["--copy.mode", mode.flag()], 500);
     let target_type = topic_configs(&pair.dst(), TOPIC)
         .into_iter()
         .find(|(k, _)| k == "message.timestamp.type");
@@ -390,8 +423,9 @@ fn a_log_append_time_source_keeps_its_timestamps() {
         checked += s.len();
     }
     eprintln!(
-        "TRIAL log-append-time kafka 4.4.0: {checked} records keep the source's append times, \
-         {:.0} s",
+        "TRIAL log-append-time kafka 4.4.0 {}: {checked} records keep the source's append \
+         times, {:.0} s",
+        mode.flag(),
         started.elapsed().as_secs_f64()
     );
 }
@@ -480,10 +514,16 @@ struct TighterTimestamps {
     last_line: String,
 }
 
-fn tighter_timestamps() -> &'static TighterTimestamps {
-    static OUTCOME: std::sync::OnceLock<Result<TighterTimestamps, String>> =
+fn tighter_timestamps(mode: CopyMode) -> &'static TighterTimestamps {
+    static RECORDS: std::sync::OnceLock<Result<TighterTimestamps, String>> =
         std::sync::OnceLock::new();
-    scenario_once(&OUTCOME, || {
+    static BATCHES: std::sync::OnceLock<Result<TighterTimestamps, String>> =
+        std::sync::OnceLock::new();
+    let outcome = match mode {
+        CopyMode::Records => &RECORDS,
+        CopyMode::Batches => &BATCHES,
+    };
+    scenario_once(outcome, || {
         let pair = KafkaPair::new(KAFKA_4, TOPIC, 1);
         pair.target
             .create_topic(TOPIC, 1, 1, &[("message.timestamp.before.max.ms", "60000")]);
@@ -519,7 +559,7 @@ fn tighter_timestamps() -> &'static TighterTimestamps {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let mut mirror = pair.mirror().commit_ms(300).start();
+        let mut mirror = pair.mirror().copy_mode(mode).commit_ms(300).start();
         let exit = mirror.wait(Duration::from_secs(60)).code();
         let log = mirror.log();
         let last_line = log.lines().last().unwrap_or_default().to_owned();
@@ -533,11 +573,26 @@ fn tighter_timestamps() -> &'static TighterTimestamps {
 
 #[test]
 fn a_target_refusing_old_timestamps_stops_the_mirror_naming_the_setting() {
-    let outcome = tighter_timestamps();
+    target_refusing_old_timestamps(CopyMode::Records);
+}
+
+#[test]
+fn a_target_refusing_old_timestamps_stops_the_mirror_naming_the_setting_with_batches() {
+    target_refusing_old_timestamps(CopyMode::Batches);
+}
+
+fn target_refusing_old_timestamps(mode: CopyMode) {
+    let outcome = tighter_timestamps(mode);
     assert_eq!(outcome.exit, Some(1), "last line: {}", outcome.last_line);
     let line = &outcome.last_line;
+    // The record engine names the refused record; the batch engine the refused batch, by its
+    // first and last source offsets.
+    let refused = match mode {
+        CopyMode::Records => "orders/0 offset 0",
+        CopyMode::Batches => "orders/0 offsets 0 to ",
+    };
     assert!(
-        line.contains("orders/0 offset 0")
+        line.contains(refused)
             && line.contains("message.timestamp.before.max.ms")
             && line.contains("message.timestamp.after.max.ms"),
         "last line: {line}"
@@ -546,7 +601,7 @@ fn a_target_refusing_old_timestamps_stops_the_mirror_naming_the_setting() {
 
 #[test]
 fn check_warns_of_a_target_topic_with_a_tighter_timestamp_bound() {
-    let check = &tighter_timestamps().check;
+    let check = &tighter_timestamps(CopyMode::Records).check;
     assert!(
         check.lines().any(|l| l.starts_with("warning:")
             && l.contains("orders")
@@ -677,15 +732,21 @@ type Translated = (i32, i64, Result<i64, String>, i64, usize);
 
 const HARD_KILLS: usize = 10;
 
-fn hard_kills() -> &'static HardKills {
-    static OUTCOME: std::sync::OnceLock<Result<HardKills, String>> = std::sync::OnceLock::new();
-    scenario_once(&OUTCOME, || {
+fn hard_kills(mode: CopyMode) -> &'static HardKills {
+    static RECORDS: std::sync::OnceLock<Result<HardKills, String>> = std::sync::OnceLock::new();
+    static BATCHES: std::sync::OnceLock<Result<HardKills, String>> = std::sync::OnceLock::new();
+    let outcome = match mode {
+        CopyMode::Records => &RECORDS,
+        CopyMode::Batches => &BATCHES,
+    };
+    scenario_once(outcome, || {
         const PARTITIONS: i32 = 8;
         let pair = KafkaPair::new(KAFKA_4, TOPIC, PARTITIONS);
         pair.write(0..20_000);
         let trickle = pair.trickle(20_000, 100);
         let instance = pair
             .mirror()
+            .copy_mode(mode)
             .consumer(&[
                 ("session.timeout.ms", "2000"),
                 ("heartbeat.interval.ms", "300"),
@@ -725,15 +786,20 @@ fn hard_kills() -> &'static HardKills {
         let end = pair.wait_caught_up(&mut last);
         assert_eq!(last.stop().code(), Some(0), "log:\n{}", last.log());
         let comparisons = compare_partitions(&pair);
-        let mut total = Comparison::default();
+        // (`add` keeps `in_order` only while every partition's is true.)
+        let mut total = Comparison {
+            in_order: true,
+            ..Comparison::default()
+        };
         comparisons.iter().for_each(|c| total.add(c));
         let committed_at_kills: Vec<i64> = kill_points
             .iter()
             .map(|k| k.iter().map(|c| c.max(&0)).sum())
             .collect();
         eprintln!(
-            "TRIAL hard-kills kafka 4.4.0: {HARD_KILLS} SIGKILLs (committed at each: \
+            "TRIAL hard-kills kafka 4.4.0 {}: {HARD_KILLS} SIGKILLs (committed at each: \
              {committed_at_kills:?}), {}, {:.0} s",
+            mode.flag(),
             total.summary(),
             started.elapsed().as_secs_f64()
         );
@@ -775,7 +841,16 @@ fn hard_kills() -> &'static HardKills {
 /// no committed record unmapped on the target.
 #[test]
 fn a_hard_kill_at_any_moment_leaves_no_committed_record_unmapped() {
-    let trial = hard_kills();
+    hard_kills_leave_no_committed_record_unmapped(CopyMode::Records);
+}
+
+#[test]
+fn a_hard_kill_at_any_moment_leaves_no_committed_record_unmapped_with_batches() {
+    hard_kills_leave_no_committed_record_unmapped(CopyMode::Batches);
+}
+
+fn hard_kills_leave_no_committed_record_unmapped(mode: CopyMode) {
+    let trial = hard_kills(mode);
     assert!(
         trial.unmapped_at_kills.is_empty(),
         "{:#?}",
@@ -787,7 +862,16 @@ fn a_hard_kill_at_any_moment_leaves_no_committed_record_unmapped() {
 /// the target after the last commit before each kill) counted, not refused.
 #[test]
 fn hard_kills_during_a_steady_load_lose_nothing() {
-    let trial = hard_kills();
+    hard_kills_lose_nothing(CopyMode::Records);
+}
+
+#[test]
+fn hard_kills_during_a_steady_load_lose_nothing_with_batches() {
+    hard_kills_lose_nothing(CopyMode::Batches);
+}
+
+fn hard_kills_lose_nothing(mode: CopyMode) {
+    let trial = hard_kills(mode);
     assert_eq!(trial.end.iter().sum::<i64>() as u64, trial.written);
     let mut total = Comparison::default();
     for (p, c) in trial.comparisons.iter().enumerate() {
@@ -809,7 +893,16 @@ fn hard_kills_during_a_steady_load_lose_nothing() {
 /// source record from that offset on).
 #[test]
 fn after_hard_kills_a_translated_group_offset_loses_no_record() {
-    let trial = hard_kills();
+    translated_offsets_lose_no_record(CopyMode::Records);
+}
+
+#[test]
+fn after_hard_kills_a_translated_group_offset_loses_no_record_with_batches() {
+    translated_offsets_lose_no_record(CopyMode::Batches);
+}
+
+fn translated_offsets_lose_no_record(mode: CopyMode) {
+    let trial = hard_kills(mode);
     for (p, offset, at, lossless, _) in &trial.translations {
         let at = at.as_ref().unwrap_or_else(|other| {
             panic!("partition {p}, source offset {offset}: not one exact translation: {other}")
@@ -826,7 +919,16 @@ fn after_hard_kills_a_translated_group_offset_loses_no_record() {
 /// translation is exactly the latest lossless resume, not before it among copies made twice.
 #[test]
 fn after_hard_kills_a_translated_group_offset_reads_no_record_twice() {
-    let trial = hard_kills();
+    translated_offsets_read_no_record_twice(CopyMode::Records);
+}
+
+#[test]
+fn after_hard_kills_a_translated_group_offset_reads_no_record_twice_with_batches() {
+    translated_offsets_read_no_record_twice(CopyMode::Batches);
+}
+
+fn translated_offsets_read_no_record_twice(mode: CopyMode) {
+    let trial = hard_kills(mode);
     for (p, offset, at, lossless, read_again) in &trial.translations {
         let Ok(at) = at else { continue };
         assert_eq!(
@@ -841,7 +943,8 @@ fn after_hard_kills_a_translated_group_offset_reads_no_record_twice() {
         );
     }
     eprintln!(
-        "TRIAL hard-kills kafka 4.4.0: {} offsets translated",
+        "TRIAL hard-kills kafka 4.4.0 {}: {} offsets translated",
+        mode.flag(),
         trial.translations.len()
     );
 }
@@ -850,7 +953,16 @@ fn after_hard_kills_a_translated_group_offset_reads_no_record_twice() {
 /// total advanced between most kills.
 #[test]
 fn the_hard_kill_trial_kills_mirrors_while_they_copy() {
-    let trial = hard_kills();
+    hard_kills_hit_copying_mirrors(CopyMode::Records);
+}
+
+#[test]
+fn the_hard_kill_trial_kills_mirrors_while_they_copy_with_batches() {
+    hard_kills_hit_copying_mirrors(CopyMode::Batches);
+}
+
+fn hard_kills_hit_copying_mirrors(mode: CopyMode) {
+    let trial = hard_kills(mode);
     let committed_at_kills: Vec<i64> = trial
         .kill_points
         .iter()

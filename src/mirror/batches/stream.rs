@@ -1057,7 +1057,7 @@ impl<'s> BatchStream<'s> {
         message: &str,
     ) {
         self.shared.stats.recorded.count_send_error(code.to_owned());
-        let what = format!(
+        let mut what = format!(
             "target {target_topic}/{} refused the batch of source {}/{} offsets {} to {} ({}): \
              {code}{}{message}",
             key.1,
@@ -1068,6 +1068,11 @@ impl<'s> BatchStream<'s> {
             counted(out.records, "record"),
             if message.is_empty() { "" } else { ": " }
         );
+        if matches!(code, "InvalidTimestamp" | "InvalidRecord") {
+            // Which records of the batch the target refused is not said, so neither is an age.
+            let advice = crate::mirror::timestamps::refusal_advice(target_topic, None);
+            what = format!("{what}: {advice}");
+        }
         if self.settings.options.abort_on_send_failure {
             self.shared.tracker().fail(ticket);
             self.shared.control.fail(format!(
