@@ -6,7 +6,6 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
@@ -987,20 +986,8 @@ fn batches_of_mixed_producers_and_codecs_in_one_partition_are_copied_as_they_are
         }
         for i in turn * 50..(turn + 1) * 50 {
             let s = sample(i, 1, 100);
-            let mut headers = OwnedHeaders::new();
-            for (k, v) in &s.headers {
-                headers = headers.insert(Header {
-                    key: k,
-                    value: v.as_deref(),
-                });
-            }
-            let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(TOPIC)
-                .partition(0)
-                .timestamp(s.timestamp)
-                .headers(headers);
-            record.key = s.key.as_deref();
-            record.payload = s.value.as_deref();
-            send_waiting(&p, record, None).expect("producing to the source");
+            send_waiting(&p, sample_as_record(&s, TOPIC, 0), None)
+                .expect("producing to the source");
             p.poll(Duration::ZERO);
         }
         p.flush(Duration::from_secs(30)).expect("flushing");
