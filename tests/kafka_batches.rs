@@ -6,7 +6,6 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
@@ -768,18 +767,39 @@ fn commits_advance(lane: &Endpoints, mirror: &mut Mirror, more: i64, what: &str)
     mirror.wait_for(what, |_| committed_sum(lane) >= from + more);
 }
 
-/// A batch-engine mirror of `lane` (started from `mirror_lane`: the same, or through the
-/// target's proxies) copying while a writer adds records and `disturb` moves leaders or takes
-/// brokers down; then it catches up and stops. Every source record is on the target once,
-/// unchanged, in order per partition, and the mirror exits 0. Returns the comparison's
-/// summary with what `disturb` reported, and the mirror's log.
+/// How the mirror of a trial on the replicated pair reaches the target.
+#[derive(Clone, Copy)]
+enum Reach {
+    /// Directly, as the harness's own clients do.
+    Direct,
+    /// Through the target's fault proxies (`ReplicatedPair::target_links`).
+    TargetProxies,
+}
+
+/// The trial `name` on the replicated pair, held meanwhile: a batch-engine mirror of the lane
+/// `topic` ([`SPREAD`] partitions; the mirror reaching the target as `reach` says) copying
+/// while a writer adds records and `disturb` moves leaders, takes brokers down or switches the
+/// target's proxies; then it catches up and stops. Every source record is on the target once,
+/// unchanged, in order per partition, and the mirror exits 0. Prints the `TRIAL batches
+/// {name}` line (the comparison's summary with what `disturb` reported, and the trial's own
+/// time); returns the mirror's log.
 fn copies_each_record_once_in_order_through(
-    pair: &mut ReplicatedPair,
-    lane: &Endpoints,
-    mirror_lane: &Endpoints,
+    name: &str,
+    topic: &'static str,
+    reach: Reach,
     producer: &[(&str, &str)],
-    disturb: impl FnOnce(&mut ReplicatedPair, &mut Mirror) -> String,
-) -> (String, String) {
+    disturb: impl FnOnce(&mut ReplicatedPair, &mut Mirror, &Endpoints) -> String,
+) -> String {
+    let mut pair = ReplicatedPair::lock();
+    // The trial's own time: not the pair's start, nor the wait for another trial to end.
+    let started = Instant::now();
+    let lane = pair.lane(topic, SPREAD);
+    let proxied = match reach {
+        Reach::Direct => None,
+        Reach::TargetProxies => Some(pair.proxied(&lane)),
+    };
+    let mirror_lane = proxied.as_ref().unwrap_or(&lane);
+    let lane = &lane;
     lane.write(0..1500);
     let trickle = lane.trickle(1500, 25);
     let mut mirror = mirror_lane
@@ -790,7 +810,7 @@ fn copies_each_record_once_in_order_through(
         .log("mirror_maker=debug")
         .start();
     commits_advance(lane, &mut mirror, 1, "the first commits");
-    let what = disturb(pair, &mut mirror);
+    let what = disturb(&mut pair, &mut mirror, lane);
     commits_advance(lane, &mut mirror, 200, "commits after the disturbance");
     let written = trickle.stop();
     lane.wait_caught_up(&mut mirror);
@@ -810,13 +830,13 @@ fn copies_each_record_once_in_order_through(
         mirror.log()
     );
     assert!(c.in_order, "{c:?}");
-    (
-        format!(
-            "{what}; {retried} batch sends retried; {written} written, {}",
-            c.summary()
-        ),
-        mirror.log(),
-    )
+    eprintln!(
+        "TRIAL batches {name} kafka 4.4.0: {what}; {retried} batch sends retried; {written} \
+         written, {}, {:.0} s",
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    mirror.log()
 }
 
 /// The leader of `topic`/`partition` on `cluster` stopped (a controlled shutdown moves its
@@ -854,17 +874,12 @@ fn move_leadership(
 /// is copied once, in order.
 #[test]
 fn leadership_moving_on_the_source_loses_nothing_and_keeps_order() {
-    let mut pair = ReplicatedPair::lock();
-    // The trial's own time: not the pair's start, nor the wait for another trial to end.
-    let started = Instant::now();
-    let lane = pair.lane("source-leaders", SPREAD);
-    let (summary, _) =
-        copies_each_record_once_in_order_through(&mut pair, &lane, &lane, &[], |p, m| {
-            move_leadership(&mut p.source, "source-leaders", m, &lane)
-        });
-    eprintln!(
-        "TRIAL batches source-leadership kafka 4.4.0: {summary}, {:.0} s",
-        started.elapsed().as_secs_f64()
+    copies_each_record_once_in_order_through(
+        "source-leadership",
+        "source-leaders",
+        Reach::Direct,
+        &[],
+        |p, m, lane| move_leadership(&mut p.source, lane.topic, m, lane),
     );
 }
 
@@ -873,17 +888,12 @@ fn leadership_moving_on_the_source_loses_nothing_and_keeps_order() {
 /// target once, in order.
 #[test]
 fn leadership_moving_on_the_target_loses_nothing_and_keeps_order() {
-    let mut pair = ReplicatedPair::lock();
-    // The trial's own time: not the pair's start, nor the wait for another trial to end.
-    let started = Instant::now();
-    let lane = pair.lane("target-leaders", SPREAD);
-    let (summary, _) =
-        copies_each_record_once_in_order_through(&mut pair, &lane, &lane, &[], |p, m| {
-            move_leadership(&mut p.target, "target-leaders", m, &lane)
-        });
-    eprintln!(
-        "TRIAL batches target-leadership kafka 4.4.0: {summary}, {:.0} s",
-        started.elapsed().as_secs_f64()
+    copies_each_record_once_in_order_through(
+        "target-leadership",
+        "target-leaders",
+        Reach::Direct,
+        &[],
+        |p, m, lane| move_leadership(&mut p.target, lane.topic, m, lane),
     );
 }
 
@@ -892,21 +902,18 @@ fn leadership_moving_on_the_target_loses_nothing_and_keeps_order() {
 /// started again: every record on the target once, in order.
 #[test]
 fn a_target_leader_killed_mid_request_loses_nothing_and_keeps_order() {
-    let mut pair = ReplicatedPair::lock();
-    // The trial's own time: not the pair's start, nor the wait for another trial to end.
-    let started = Instant::now();
-    let lane = pair.lane("target-killed", SPREAD);
-    let (summary, _) =
-        copies_each_record_once_in_order_through(&mut pair, &lane, &lane, &[], |p, m| {
-            let leader = p.target.leader("target-killed", 0);
+    copies_each_record_once_in_order_through(
+        "target-leader-killed",
+        "target-killed",
+        Reach::Direct,
+        &[],
+        |p, m, lane| {
+            let leader = p.target.leader(lane.topic, 0);
             p.target.kill(leader);
-            commits_advance(&lane, m, 200, "commits with a target broker dead");
+            commits_advance(lane, m, 200, "commits with a target broker dead");
             p.target.restart(leader);
             format!("target-killed/0's leader, broker {leader}, SIGKILLed and restarted")
-        });
-    eprintln!(
-        "TRIAL batches target-leader-killed kafka 4.4.0: {summary}, {:.0} s",
-        started.elapsed().as_secs_f64()
+        },
     );
 }
 
@@ -916,17 +923,12 @@ fn a_target_leader_killed_mid_request_loses_nothing_and_keeps_order() {
 /// keeps one copy. Every record on the target once, in order.
 #[test]
 fn a_produce_answered_after_its_timeout_is_sent_again_without_a_duplicate() {
-    let mut pair = ReplicatedPair::lock();
-    // The trial's own time: not the pair's start, nor the wait for another trial to end.
-    let started = Instant::now();
-    let lane = pair.lane("answered-late", SPREAD);
-    let proxied = pair.proxied(&lane);
-    let (summary, log) = copies_each_record_once_in_order_through(
-        &mut pair,
-        &lane,
-        &proxied,
+    let log = copies_each_record_once_in_order_through(
+        "late-answers",
+        "answered-late",
+        Reach::TargetProxies,
         &[("request.timeout.ms", "2000")],
-        |p, m| {
+        |p, m, _| {
             for link in &p.target_links {
                 link.delay_answers(Duration::from_secs(3));
             }
@@ -944,10 +946,6 @@ fn a_produce_answered_after_its_timeout_is_sent_again_without_a_duplicate() {
             }
             "target answers 3 s late for 6 s, request timeout 2 s".to_owned()
         },
-    );
-    eprintln!(
-        "TRIAL batches late-answers kafka 4.4.0: {summary}, {:.0} s",
-        started.elapsed().as_secs_f64()
     );
     // The waits for the target do not keep the stream from its consumer's polls: it keeps
     // its assignment (max.poll.interval.ms 10 s) and never copies from an older commit.
@@ -987,20 +985,8 @@ fn batches_of_mixed_producers_and_codecs_in_one_partition_are_copied_as_they_are
         }
         for i in turn * 50..(turn + 1) * 50 {
             let s = sample(i, 1, 100);
-            let mut headers = OwnedHeaders::new();
-            for (k, v) in &s.headers {
-                headers = headers.insert(Header {
-                    key: k,
-                    value: v.as_deref(),
-                });
-            }
-            let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(TOPIC)
-                .partition(0)
-                .timestamp(s.timestamp)
-                .headers(headers);
-            record.key = s.key.as_deref();
-            record.payload = s.value.as_deref();
-            send_waiting(&p, record, None).expect("producing to the source");
+            send_waiting(&p, sample_as_record(&s, TOPIC, 0), None)
+                .expect("producing to the source");
             p.poll(Duration::ZERO);
         }
         p.flush(Duration::from_secs(30)).expect("flushing");
@@ -1059,12 +1045,12 @@ fn batches_of_mixed_producers_and_codecs_in_one_partition_are_copied_as_they_are
 /// new one with the same sequence, and every record on the target once, in order.
 #[test]
 fn lost_connections_to_the_target_are_sent_again_without_a_duplicate() {
-    let mut pair = ReplicatedPair::lock();
-    let started = Instant::now();
-    let lane = pair.lane("reset", SPREAD);
-    let proxied = pair.proxied(&lane);
-    let (summary, _) =
-        copies_each_record_once_in_order_through(&mut pair, &lane, &proxied, &[], |p, _| {
+    copies_each_record_once_in_order_through(
+        "target-resets",
+        "reset",
+        Reach::TargetProxies,
+        &[],
+        |p, _, _| {
             let before: u64 = p.target_links.iter().map(FaultProxy::resets).sum();
             for _ in 0..4 {
                 for link in &p.target_links {
@@ -1076,10 +1062,7 @@ fn lost_connections_to_the_target_are_sent_again_without_a_duplicate() {
             let resets = p.target_links.iter().map(FaultProxy::resets).sum::<u64>() - before;
             assert!(resets > 0, "no connection to reset");
             format!("every target connection reset 4 times ({resets} resets counted)")
-        });
-    eprintln!(
-        "TRIAL batches target-resets kafka 4.4.0: {summary}, {:.0} s",
-        started.elapsed().as_secs_f64()
+        },
     );
 }
 

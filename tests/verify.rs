@@ -169,9 +169,11 @@ fn write_sample_to_partition(bootstrap: &str, i: u64, partition: i32) {
         .set("bootstrap.servers", bootstrap)
         .create()
         .unwrap();
-    sample_record(i, partition, |r| {
-        producer.send(r).map_err(|(e, _)| e).unwrap();
-    });
+    let s = sample(i, PARTITIONS, 100);
+    producer
+        .send(sample_as_record(&s, TOPIC, partition))
+        .map_err(|(e, _)| e)
+        .unwrap();
     producer.flush(std::time::Duration::from_secs(10)).unwrap();
 }
 
@@ -407,26 +409,6 @@ fn an_empty_topic_without_commits_is_not_a_failure_of_until_committed() {
         stdout.contains("OK: 200 source records checked"),
         "{stdout}"
     );
-}
-
-/// The source's sample record `i` as a record for the target, in `partition`.
-fn sample_record(i: u64, partition: i32, send: impl FnOnce(BaseRecord<'_, [u8], [u8]>)) {
-    use rdkafka::message::{Header, OwnedHeaders};
-    let s = mirror_maker::tools::demo::sample(i, PARTITIONS, 100);
-    let mut headers = OwnedHeaders::new();
-    for (k, v) in &s.headers {
-        headers = headers.insert(Header {
-            key: k,
-            value: v.as_deref(),
-        });
-    }
-    let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(TOPIC)
-        .partition(partition)
-        .timestamp(s.timestamp)
-        .headers(headers);
-    record.key = s.key.as_deref();
-    record.payload = s.value.as_deref();
-    send(record);
 }
 
 #[test]

@@ -552,13 +552,7 @@ impl ReplicatedPair {
         for cluster in [&self.source, &self.target] {
             cluster.create_topic(topic, partitions, 3, &[("min.insync.replicas", "2")]);
         }
-        Endpoints {
-            src: self.source.bootstrap(),
-            dst: self.target.bootstrap(),
-            topic,
-            partitions,
-            group: topic,
-        }
+        Endpoints::lane(&self.source, &self.target, topic, partitions)
     }
 
     /// `lane`'s endpoints as a mirror sees them through the target's proxies (the source

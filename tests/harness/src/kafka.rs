@@ -1009,6 +1009,25 @@ impl KafkaPair {
 }
 
 impl Endpoints {
+    /// A lane of clusters shared by several trials: `topic` from `source` to `target`, both
+    /// reached directly, for a mirror in the group named as the topic, so that no trial sees
+    /// another's commits or rebalances ([`SharedPair::lane`], `faults::ReplicatedPair::lane`;
+    /// each makes the topics its way).
+    pub fn lane(
+        source: &KafkaCluster,
+        target: &KafkaCluster,
+        topic: &'static str,
+        partitions: i32,
+    ) -> Endpoints {
+        Endpoints {
+            src: source.bootstrap(),
+            dst: target.bootstrap(),
+            topic,
+            partitions,
+            group: topic,
+        }
+    }
+
     /// The source topic's end offsets (high watermarks), per partition.
     pub fn end_offsets(&self) -> Vec<i64> {
         end_offsets(&self.src(), self.topic, self.partitions)
@@ -1069,13 +1088,7 @@ impl SharedPair {
     /// mirror), for a mirror in the group of the same name.
     pub fn lane(&self, topic: &'static str, partitions: i32) -> Endpoints {
         self.source.create_topic(topic, partitions, 1, &[]);
-        Endpoints {
-            src: self.source.bootstrap(),
-            dst: self.target.bootstrap(),
-            topic,
-            partitions,
-            group: topic,
-        }
+        Endpoints::lane(&self.source, &self.target, topic, partitions)
     }
 }
 

@@ -799,6 +799,30 @@ pub fn records(
         .unwrap_or_else(|e| panic!("reading {topic}/{partition} on {bootstrap}: {e}"))
 }
 
+/// The sample record `s` (see [`sample`]) for `topic`/`partition`, as a producer of the
+/// test's own sends it: its key, value, headers (repeated and null ones kept) and timestamp.
+pub fn sample_as_record<'a>(
+    s: &'a mirror_maker::tools::demo::Sample,
+    topic: &'a str,
+    partition: i32,
+) -> rdkafka::producer::BaseRecord<'a, [u8], [u8]> {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let mut headers = OwnedHeaders::new();
+    for (k, v) in &s.headers {
+        headers = headers.insert(Header {
+            key: k,
+            value: v.as_deref(),
+        });
+    }
+    let mut record = rdkafka::producer::BaseRecord::to(topic)
+        .partition(partition)
+        .timestamp(s.timestamp)
+        .headers(headers);
+    record.key = s.key.as_deref();
+    record.payload = s.value.as_deref();
+    record
+}
+
 /// One header as bytes: a name (Kafka does not require UTF-8) and a value (`None`: null).
 pub type RawHeader = (Vec<u8>, Option<Vec<u8>>);
 
