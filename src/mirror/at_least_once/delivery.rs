@@ -31,14 +31,28 @@ pub(super) fn send_failed(
     target_partition: Option<i32>,
     error: &KafkaError,
 ) {
-    if matches!(
-        error.rdkafka_error_code(),
-        Some(RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownTopicOrPartition)
-    ) && target_missing(shared, ticket, target_topic)
-    {
+    if maybe_deleted(error) && target_missing(shared, ticket, target_topic) {
         return;
     }
     send_failed_as(shared, ticket, target_topic, target_partition, error, None);
+}
+
+/// Whether a record refused with `error` may have met a deleted target topic. An unknown
+/// topic says so; so does an unknown partition in a delivery report: librdkafka fails the
+/// records queued for a topic whose metadata went to 0 partitions (Kafka's answer for a
+/// deleted topic) as UNKNOWN_PARTITION. Partitions of a Kafka topic are never removed, so
+/// for a topic the mirror makes (and grew to the source's count at assignment) a partition
+/// gone missing means a topic deleted, perhaps made again with fewer: [`target_missing`]
+/// makes or grows it again, and whatever the target cannot take then is refused there.
+fn maybe_deleted(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::UnknownTopic
+                | RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::UnknownPartition
+        )
+    )
 }
 
 /// What a delivery report tells of a failed record beyond its error.
@@ -352,12 +366,7 @@ impl ProducerContext for DeliveryContext {
                     .failed_with_records_behind
                     .store(true, Ordering::SeqCst);
                 let failed = self.failed(message);
-                if !(matches!(
-                    error.rdkafka_error_code(),
-                    Some(
-                        RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownTopicOrPartition
-                    )
-                ) && target_missing(&self.shared, ticket, message.topic()))
+                if !(maybe_deleted(error) && target_missing(&self.shared, ticket, message.topic()))
                 {
                     send_failed_as(
                         &self.shared,
