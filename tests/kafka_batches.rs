@@ -696,12 +696,6 @@ fn a_group_synced_after_a_batch_engine_copy_resumes_on_the_target_exactly() {
 /// shows on the mock; on Kafka 4.4.0 the records queued for the deleted topic fail as an
 /// unknown *partition* (librdkafka saw its partition count go to 0), not an unknown topic.
 #[test]
-#[ignore = "a defect, not fixed yet: on Kafka 4.4.0 the records queued for the deleted topic \
-            fail with UNKNOWN_PARTITION (librdkafka saw its partition count go to 0), which the \
-            record engine takes for a target with too few partitions: exit 1 (\"has no \
-            partition 0\"), nothing lost. A fix (branch deleted-target-fix) passed 20 runs of 21 \
-            and stalled in one, 250 records of a partition in flight for ever after the topic \
-            was made again"]
 fn a_target_topic_deleted_while_the_record_engine_runs_is_created_again() {
     target_topic_deleted_while_running(CopyMode::Records, "recreated-records");
 }
