@@ -31,7 +31,7 @@ pub(super) fn send_failed(
     target_partition: Option<i32>,
     error: &KafkaError,
 ) {
-    if maybe_deleted(error) && target_missing(shared, ticket, target_topic) {
+    if maybe_deleted(error) && target_missing(shared, ticket, target_topic, error) {
         return;
     }
     send_failed_as(shared, ticket, target_topic, target_partition, error, None);
@@ -116,7 +116,12 @@ fn send_failed_as(
 /// below it) and the stream's loop creates the topic again and mirrors the partition
 /// again from there.
 /// Returns whether it did (`false`: not a topic it makes; a send failure as any other).
-fn target_missing(shared: &StreamShared, ticket: Ticket, target_topic: &str) -> bool {
+fn target_missing(
+    shared: &StreamShared,
+    ticket: Ticket,
+    target_topic: &str,
+    error: &KafkaError,
+) -> bool {
     let Some(template) = shared.recreatable.get() else {
         return false;
     };
@@ -145,8 +150,10 @@ fn target_missing(shared: &StreamShared, ticket: Ticket, target_topic: &str) -> 
     if !list.contains(&missing) {
         tracing::warn!(
             stream = shared.stream,
-            "target topic {target_topic} is missing (deleted while running?): creating it \
-             again (--create.topics), then mirroring {}/{} again from offset {offset}",
+            "target topic {target_topic} is missing (deleted while running?; a record sent \
+             to it failed with {}): creating it again (--create.topics), then mirroring {}/{} \
+             again from offset {offset}",
+            clients::code_name(error),
             missing.source_topic,
             missing.partition
         );
@@ -409,7 +416,7 @@ fn undelivered(
         .store(true, Ordering::SeqCst);
     let failed = failed();
     let deleted = maybe_deleted(error) || dropped_while_running(shared, error);
-    if !(deleted && target_missing(shared, ticket, topic)) {
+    if !(deleted && target_missing(shared, ticket, topic, error)) {
         send_failed_as(shared, ticket, topic, Some(partition), error, Some(&failed));
     }
 }
