@@ -954,9 +954,9 @@ fn a_transient_metadata_failure_while_making_target_topics_is_retried_not_fatal(
 #[test]
 #[ignore = "flaky (failed 1 run in 6 here, and in a CI run): now and then librdkafka never \
             refuses the records queued while the target is down, so nothing is missing within \
-            the minute (a timing of its metadata states the test does not control); and on \
-            Kafka the promise does not hold yet: see \
-            kafka_batches::a_target_topic_deleted_while_the_record_engine_runs_is_created_again"]
+            the minute (a timing of its metadata states the test does not control); on Kafka \
+            kafka_batches::a_target_topic_deleted_while_the_record_engine_runs_is_created_again \
+            proves the promise"]
 fn a_target_topic_deleted_while_running_is_created_again_and_nothing_is_lost() {
     let clusters = MockPair::new(TOPIC, 1);
     clusters.write(0..100);

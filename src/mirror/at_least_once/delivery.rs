@@ -31,14 +31,41 @@ pub(super) fn send_failed(
     target_partition: Option<i32>,
     error: &KafkaError,
 ) {
-    if matches!(
-        error.rdkafka_error_code(),
-        Some(RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownTopicOrPartition)
-    ) && target_missing(shared, ticket, target_topic)
-    {
+    if maybe_deleted(error) && target_missing(shared, ticket, target_topic, error) {
         return;
     }
     send_failed_as(shared, ticket, target_topic, target_partition, error, None);
+}
+
+/// Whether a record refused with `error` may have met a deleted target topic. An unknown
+/// topic says so; so does an unknown partition in a delivery report: librdkafka fails the
+/// records queued for a topic whose metadata went to 0 partitions (Kafka's answer for a
+/// deleted topic) as UNKNOWN_PARTITION. Partitions of a Kafka topic are never removed, so
+/// for a topic the mirror makes (and grew to the source's count at assignment) a partition
+/// gone missing means a topic deleted, perhaps made again with fewer: [`target_missing`]
+/// makes or grows it again, and whatever the target cannot take then is refused there.
+fn maybe_deleted(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::UnknownTopic
+                | RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::UnknownPartition
+        )
+    )
+}
+
+/// Whether librdkafka reports a record as destroyed (`__DESTROY`) while the stream runs
+/// (not stopping: then the producer is being closed). It does so for the records still in a
+/// partition's queue when it destroys the partition, and a partition of a running producer
+/// is destroyed when it leaves the target's metadata: the records that were on the wire
+/// when a target topic was deleted come back from their failed request into the removed
+/// partition's queue (no broker takes it any more) and are dropped with it. Nothing else
+/// will report them: taken as purged, they would stay unacknowledged for ever, the commit
+/// point stuck below them. They go the way of the records refused as an unknown partition.
+fn dropped_while_running(shared: &StreamShared, error: &KafkaError) -> bool {
+    error.rdkafka_error_code() == Some(RDKafkaErrorCode::BrokerDestroy)
+        && !shared.control.stop_requested()
 }
 
 /// What a delivery report tells of a failed record beyond its error.
@@ -89,7 +116,12 @@ fn send_failed_as(
 /// below it) and the stream's loop creates the topic again and mirrors the partition
 /// again from there.
 /// Returns whether it did (`false`: not a topic it makes; a send failure as any other).
-fn target_missing(shared: &StreamShared, ticket: Ticket, target_topic: &str) -> bool {
+fn target_missing(
+    shared: &StreamShared,
+    ticket: Ticket,
+    target_topic: &str,
+    error: &KafkaError,
+) -> bool {
     let Some(template) = shared.recreatable.get() else {
         return false;
     };
@@ -118,8 +150,10 @@ fn target_missing(shared: &StreamShared, ticket: Ticket, target_topic: &str) -> 
     if !list.contains(&missing) {
         tracing::warn!(
             stream = shared.stream,
-            "target topic {target_topic} is missing (deleted while running?): creating it \
-             again (--create.topics), then mirroring {}/{} again from offset {offset}",
+            "target topic {target_topic} is missing (deleted while running?; a record sent \
+             to it failed with {}): creating it again (--create.topics), then mirroring {}/{} \
+             again from offset {offset}",
+            clients::code_name(error),
             missing.source_topic,
             missing.partition
         );
@@ -195,6 +229,13 @@ fn describe_send_error(
             partition.map_or_else(|| "?".to_owned(), |p| p.to_string())
         ),
         Some(RDKafkaErrorCode::MessageSizeTooLarge) => too_large(topic, partition, failed),
+        Some(RDKafkaErrorCode::BrokerDestroy) => format!(
+            "the target producer dropped the record (BrokerDestroy): target partition \
+             {topic}/{} left the target's metadata while the record was being sent (was the \
+             target topic deleted?); make the topic again with at least the source's \
+             partitions, or let the mirror make it (--create.topics), and restart",
+            partition.map_or_else(|| "?".to_owned(), |p| p.to_string())
+        ),
         Some(RDKafkaErrorCode::TopicAuthorizationFailed) => format!(
             "the target cluster does not allow the mirror's principal (the producer's \
              credentials: its sasl.username or its certificate's subject) to WRITE to topic \
@@ -338,44 +379,130 @@ impl ProducerContext for DeliveryContext {
                     ),
                 }
             }
-            Err((error, _)) if purged(error) => {
-                // Purged (partitions released while records were queued, or a shutdown flush
-                // that timed out) or the producer closed: they stay uncommitted, not failed.
-                tracing::debug!(
-                    stream = self.shared.stream,
-                    "not acknowledged (purged or closed): {error}"
-                );
-            }
-            Err((error, message)) => {
-                // Records produced after this one may be queued behind it.
-                self.shared
-                    .failed_with_records_behind
-                    .store(true, Ordering::SeqCst);
-                let failed = self.failed(message);
-                if !(matches!(
-                    error.rdkafka_error_code(),
-                    Some(
-                        RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownTopicOrPartition
-                    )
-                ) && target_missing(&self.shared, ticket, message.topic()))
-                {
-                    send_failed_as(
-                        &self.shared,
-                        ticket,
-                        message.topic(),
-                        Some(message.partition()),
-                        error,
-                        Some(&failed),
-                    );
-                }
-            }
+            Err((error, message)) => undelivered(
+                &self.shared,
+                ticket,
+                error,
+                message.topic(),
+                message.partition(),
+                || self.failed(message),
+            ),
         }
+    }
+}
+
+/// A record the producer reports as not delivered with `error`, to target partition
+/// `topic`/`partition`; `failed` tells what else the report says.
+fn undelivered(
+    shared: &StreamShared,
+    ticket: Ticket,
+    error: &KafkaError,
+    topic: &str,
+    partition: i32,
+    failed: impl FnOnce() -> Failed,
+) {
+    if purged(error) && !dropped_while_running(shared, error) {
+        // Purged (partitions released while records were queued, or a shutdown flush
+        // that timed out) or the producer closed: they stay uncommitted, not failed.
+        tracing::debug!(
+            stream = shared.stream,
+            "not acknowledged (purged or closed): {error}"
+        );
+        return;
+    }
+    // Records produced after this one may be queued behind it.
+    shared
+        .failed_with_records_behind
+        .store(true, Ordering::SeqCst);
+    let failed = failed();
+    let deleted = maybe_deleted(error) || dropped_while_running(shared, error);
+    if !(deleted && target_missing(shared, ticket, topic, error)) {
+        send_failed_as(shared, ticket, topic, Some(partition), error, Some(&failed));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mirror::state::Control;
+    use crate::settings::routing::TopicTemplate;
+
+    /// A stream's shared state with one record of `orders/0` at offset 250 in flight, its
+    /// target topic made by the mirror (`--create.topics`) when `recreatable`.
+    fn one_in_flight(recreatable: bool) -> (Arc<StreamShared>, Ticket) {
+        let shared = StreamShared::new(
+            0,
+            Arc::new(Control::new()),
+            Arc::new(Stats::default()),
+            true,
+            None,
+        );
+        if recreatable {
+            let _ = shared
+                .recreatable
+                .set(TopicTemplate::parse("{topic}").expect("template"));
+        }
+        let ticket = shared.tracker().begin("orders", 0, 250, None, 10, 1);
+        (shared, ticket)
+    }
+
+    fn no_report() -> Failed {
+        Failed {
+            bytes: 10,
+            limit: None,
+            batch_size: 1_000_000,
+            fatal: None,
+        }
+    }
+
+    /// librdkafka's report for a record it dropped with its partition: a deleted topic's
+    /// partitions leave the producer's metadata, and records that were on the wire then
+    /// (put back in the removed partition's queue by their retry) are reported when it is
+    /// destroyed, with `__DESTROY`, though the producer runs on.
+    fn destroyed() -> KafkaError {
+        KafkaError::MessageProduction(RDKafkaErrorCode::BrokerDestroy)
+    }
+
+    #[test]
+    fn a_record_dropped_with_its_removed_partition_is_mirrored_again_after_the_topic_is_made() {
+        let (shared, ticket) = one_in_flight(true);
+        undelivered(&shared, ticket, &destroyed(), "orders", 0, no_report);
+        assert_eq!(
+            *shared.missing_targets.lock().unwrap(),
+            [MissingTarget {
+                target_topic: "orders".to_owned(),
+                source_topic: "orders".to_owned(),
+                partition: 0,
+            }]
+        );
+        assert_eq!(shared.control.failure(), None);
+    }
+
+    #[test]
+    fn a_record_dropped_with_its_removed_partition_of_a_topic_not_made_stops_the_mirror() {
+        let (shared, ticket) = one_in_flight(false);
+        undelivered(&shared, ticket, &destroyed(), "orders", 0, no_report);
+        let failure = shared.control.failure().expect("no failure");
+        for part in [
+            "orders/0 offset 250",
+            "target partition orders/0",
+            "BrokerDestroy",
+        ] {
+            assert!(failure.contains(part), "{part:?} not in {failure}");
+        }
+    }
+
+    #[test]
+    fn a_record_dropped_while_stopping_stays_uncommitted_without_a_failure() {
+        let (shared, ticket) = one_in_flight(true);
+        shared.control.request_stop();
+        undelivered(&shared, ticket, &destroyed(), "orders", 0, no_report);
+        assert!(shared.missing_targets.lock().unwrap().is_empty());
+        assert_eq!(shared.control.failure(), None);
+        // Uncommitted: no commit point passes it.
+        let points = shared.tracker().commit_points();
+        assert!(points.iter().all(|p| p.offset <= 250), "{points:?}");
+    }
 
     #[test]
     fn a_refused_write_names_the_topic_and_the_operation() {
