@@ -186,13 +186,10 @@ mod tests {
         assert!((secs(t.charge_at(0, later)) - 2.0).abs() < 1e-6);
     }
 
-    #[test]
-    fn streams_charging_one_bucket_keep_to_the_rate_together() {
-        // Four streams each charge 1,000-byte records at 20,000 bytes/s, each waiting out the
-        // debt its charge reports before the next: over simulated time, the bytes charged
-        // stay within the rate (plus the one-second burst).
-        let t0 = Instant::now();
-        let t = bytes(20_000, t0);
+    /// Four streams charging `t` from `t0` over 10 simulated seconds, each charge of `bytes`
+    /// (one record) and each stream waiting out the debt its charge reports before the next.
+    /// Returns what they charged, counted `unit` a charge.
+    fn four_streams_for_ten_seconds(t: &Throttle, t0: Instant, bytes: u64, unit: u64) -> u64 {
         let mut ready = [t0; 4];
         let mut charged = 0u64;
         let end = t0 + Duration::from_secs(10);
@@ -200,12 +197,21 @@ mod tests {
             let (stream, at) = ready.iter().enumerate().min_by_key(|(_, at)| **at).unwrap();
             let at = *at;
             if at >= end {
-                break;
+                return charged;
             }
-            let wait = t.charge_at(1000, at);
-            charged += 1000;
+            let wait = t.charge_at(bytes, at);
+            charged += unit;
             ready[stream] = at + wait.max(Duration::from_micros(1));
         }
+    }
+
+    #[test]
+    fn streams_charging_one_bucket_keep_to_the_rate_together() {
+        // Four streams each charge 1,000-byte records at 20,000 bytes/s, each waiting out the
+        // debt its charge reports before the next: over simulated time, the bytes charged
+        // stay within the rate (plus the one-second burst).
+        let t0 = Instant::now();
+        let charged = four_streams_for_ten_seconds(&bytes(20_000, t0), t0, 1000, 1000);
         let limit = 20_000 * 10 + 20_000;
         assert!(charged <= limit + 4 * 1000, "{charged} bytes in 10 s");
         assert!(charged >= limit - 4 * 1000, "{charged} bytes in 10 s");
@@ -266,20 +272,7 @@ mod tests {
         // As for bytes: four streams at 500 records/s over 10 simulated seconds take the
         // rate's records plus the one-second burst, within one record per stream.
         let t0 = Instant::now();
-        let t = records(500, t0);
-        let mut ready = [t0; 4];
-        let mut charged = 0u64;
-        let end = t0 + Duration::from_secs(10);
-        loop {
-            let (stream, at) = ready.iter().enumerate().min_by_key(|(_, at)| **at).unwrap();
-            let at = *at;
-            if at >= end {
-                break;
-            }
-            let wait = t.charge_at(100, at);
-            charged += 1;
-            ready[stream] = at + wait.max(Duration::from_micros(1));
-        }
+        let charged = four_streams_for_ten_seconds(&records(500, t0), t0, 100, 1);
         let limit = 500 * 10 + 500;
         assert!(charged.abs_diff(limit) <= 4, "{charged} records in 10 s");
     }
