@@ -929,7 +929,7 @@ fn on_handler_error_takes_a_known_policy_and_what_it_needs() {
 }
 
 #[test]
-fn record_throttle_takes_a_positive_record_rate_and_not_with_exactly_once() {
+fn record_throttle_takes_a_positive_record_rate() {
     let dir = tempdir();
     let (c, p) = good_configs(dir.path());
     for bad in ["0", "1.5", "many"] {
@@ -938,19 +938,6 @@ fn record_throttle_takes_a_positive_record_rate_and_not_with_exactly_once() {
             &["--throttle.records.per.second"],
         );
     }
-    assert_refused(
-        &mirror_args(
-            &c,
-            &p,
-            &[
-                "--throttle.records.per.second",
-                "1000",
-                "--exactly.once",
-                "true",
-            ],
-        ),
-        &["--throttle.records.per.second", "--exactly.once true"],
-    );
 }
 
 #[test]
@@ -986,7 +973,7 @@ fn heartbeats_take_an_interval_in_range_and_a_legal_topic_name() {
 }
 
 #[test]
-fn throttle_takes_a_positive_byte_rate_and_not_with_exactly_once() {
+fn throttle_takes_a_positive_byte_rate() {
     let dir = tempdir();
     let (c, p) = good_configs(dir.path());
     for bad in ["0", "fast"] {
@@ -995,19 +982,6 @@ fn throttle_takes_a_positive_byte_rate_and_not_with_exactly_once() {
             &["--throttle.bytes.per.second"],
         );
     }
-    assert_refused(
-        &mirror_args(
-            &c,
-            &p,
-            &[
-                "--throttle.bytes.per.second",
-                "1000000",
-                "--exactly.once",
-                "true",
-            ],
-        ),
-        &["--throttle.bytes.per.second", "--exactly.once true"],
-    );
 }
 
 #[test]

@@ -1,20 +1,27 @@
 //! Process-wide rate limits, `--throttle.bytes.per.second` and
 //! `--throttle.records.per.second`: a token bucket for each limit given, shared by every
-//! stream, charged with each record as it is handed to the producer (its bytes, and 1), or, by
-//! the batch engine, with each batch as it is readied for the target (its bytes as sent, and
-//! its record count) at once.
+//! stream, charged with each record as it is handed to the producer (its bytes, and 1; in the
+//! exactly-once mode too, as it joins the open transaction), or, by the batch engine, with
+//! each batch as it is readied for the target (its bytes as sent, and its record count) at
+//! once.
 //!
 //! Each bucket holds at most one second of tokens (the burst) and refills continuously at its
-//! rate. [`Throttle::charge`] always takes what a record costs from every bucket, going into
-//! debt if it must (a record is never held back or refused), and says how long until the
-//! deeper debt is paid: the stream pauses its assigned partitions and keeps polling
+//! rate. [`Throttle::charge_batch`] always takes what records cost from every bucket, going
+//! into debt if it must (a record is never held back or refused), and says how long until the
+//! deeper debt is paid: the stream pauses its partitions (or its fetches) and keeps polling
 //! (rebalances, delivery reports, commits go on) for that long. Every stream pays the same
 //! shared debt, so the streams together keep to the rate; a stream that comes after a large
 //! charge waits behind it. With both limits, whichever is the tighter for the records at hand
 //! holds the rate.
+//!
+//! [`Hold`] is one stream's side of it, the same in every engine: until when its debt holds
+//! it back, and since when it has been held (`mirror_throttled_seconds_total`).
 
+use std::cell::Cell;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use super::state::Stats;
 
 /// The least debt a stream pauses for; a smaller one is carried by the next records (the
 /// bucket forgets none of it): a pause and the fetch after it cost more than that.
@@ -91,12 +98,9 @@ impl Throttle {
         })
     }
 
-    /// Charges one record of `bytes`, at once: how long until every bucket is out of debt
+    /// Charges one record of `bytes` at `now`: how long until every bucket is out of debt
     /// again (zero if they all had the tokens).
-    pub(crate) fn charge(&self, bytes: u64) -> Duration {
-        self.charge_at(bytes, Instant::now())
-    }
-
+    #[cfg(test)]
     fn charge_at(&self, bytes: u64, now: Instant) -> Duration {
         self.charge_batch_at(bytes, 1, now)
     }
@@ -136,6 +140,70 @@ impl Throttle {
     }
 }
 
+/// One stream's hold by the throttle: until when the debt of its last charge holds it back
+/// (its partitions paused or its fetches not sent), and since when it has been held.
+#[derive(Debug, Default)]
+pub(crate) struct Hold {
+    until: Cell<Option<Instant>>,
+    since: Cell<Option<Instant>>,
+}
+
+impl Hold {
+    /// Charges `records` records of `bytes` in all to `throttle`: a debt of [`MIN_PAUSE`] or
+    /// more holds the stream from now until it is paid; a smaller one is carried by the next
+    /// charges.
+    pub(crate) fn charge(&self, throttle: &Throttle, bytes: u64, records: u64) {
+        let wait = throttle.charge_batch(bytes, records);
+        if wait >= MIN_PAUSE {
+            let until = Instant::now() + wait;
+            if self.until.get().is_none_or(|u| until > u) {
+                self.until.set(Some(until));
+            }
+        }
+    }
+
+    /// Whether the stream is held at `now`. The first turn held starts the time throttled;
+    /// the first turn past the debt ends the hold (the time throttled runs on until
+    /// [`Hold::resumed`]).
+    pub(crate) fn holds(&self, now: Instant) -> bool {
+        match self.until.get() {
+            Some(until) if now < until => {
+                if self.since.get().is_none() {
+                    self.since.set(Some(now));
+                }
+                true
+            }
+            Some(_) => {
+                self.until.set(None);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// How long the stream's poll may wait: until the debt is paid, if it is held, and at
+    /// most `idle`.
+    pub(crate) fn poll_wait(&self, idle: Duration) -> Duration {
+        self.until.get().map_or(idle, |until| {
+            until
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(1), idle)
+        })
+    }
+
+    /// The stream takes data again (its first record or fetch after a hold, or its
+    /// partitions resumed): the time since the hold began is added to `throttled`, once.
+    /// Nothing while it is still held.
+    pub(crate) fn resumed(&self, throttled: &std::sync::atomic::AtomicU64) {
+        if self.until.get().is_some() {
+            return;
+        }
+        if let Some(since) = self.since.take() {
+            Stats::add(throttled, since.elapsed().as_micros() as u64);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +214,41 @@ mod tests {
 
     fn bytes(per_second: u64, now: Instant) -> Throttle {
         Throttle::starting_at(Some(per_second), None, now).unwrap()
+    }
+
+    #[test]
+    fn a_debt_holds_the_stream_until_it_is_paid_and_the_time_held_is_counted_once() {
+        let t = Throttle::new(Some(1000), None).unwrap();
+        let hold = Hold::default();
+        // Within the burst: no hold.
+        hold.charge(&t, 1000, 1);
+        assert!(!hold.holds(Instant::now()));
+        // Half a second of debt.
+        hold.charge(&t, 500, 1);
+        let now = Instant::now();
+        assert!(hold.holds(now));
+        assert!(hold.poll_wait(Duration::from_secs(5)) <= Duration::from_millis(500));
+        let throttled = std::sync::atomic::AtomicU64::new(0);
+        hold.resumed(&throttled);
+        assert_eq!(Stats::get(&throttled), 0, "still held: nothing counted yet");
+        assert!(!hold.holds(now + Duration::from_secs(1)));
+        hold.resumed(&throttled);
+        let counted = Stats::get(&throttled);
+        assert!(counted > 0);
+        hold.resumed(&throttled);
+        assert_eq!(Stats::get(&throttled), counted, "counted once");
+    }
+
+    #[test]
+    fn a_debt_below_the_least_pause_is_carried_not_held() {
+        let t = Throttle::new(Some(1000), None).unwrap();
+        let hold = Hold::default();
+        // 5 ms of debt: below MIN_PAUSE.
+        hold.charge(&t, 1005, 1);
+        assert!(!hold.holds(Instant::now()));
+        // Carried: the next charge pays for it too.
+        hold.charge(&t, 10, 1);
+        assert!(hold.holds(Instant::now()));
     }
 
     fn records(per_second: u64, now: Instant) -> Throttle {

@@ -201,14 +201,13 @@ pub struct MirrorArgs {
 
     /// Cap the bytes (key, value and headers) this process hands to the target per second,
     /// over all streams: a throttled stream pauses its partitions and keeps polling, so it
-    /// stays in its group. Not with --exactly.once true (yet).
+    /// stays in its group (with --exactly.once true its transactions commit on time).
     #[arg(long = "throttle.bytes.per.second", value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub throttle_bytes_per_second: Option<u64>,
 
     /// Cap the source records this process copies per second, over all streams, as
-    /// --throttle.bytes.per.second does bytes (either or both). Not with --exactly.once true
-    /// (yet).
+    /// --throttle.bytes.per.second does bytes (either or both).
     #[arg(long = "throttle.records.per.second", value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub throttle_records_per_second: Option<u64>,

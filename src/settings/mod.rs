@@ -247,24 +247,6 @@ impl Settings {
             ));
         }
         settings.on_source_gap = args.on_source_gap;
-        let throttles = [
-            (
-                "--throttle.bytes.per.second",
-                args.throttle_bytes_per_second,
-            ),
-            (
-                "--throttle.records.per.second",
-                args.throttle_records_per_second,
-            ),
-        ];
-        for (flag, given) in throttles {
-            if exactly_once.is_some() && given.is_some() {
-                return Err(SettingsError::Usage(format!(
-                    "{flag} is not served in the exactly-once mode (--exactly.once true) yet; \
-                     drop one of the two"
-                )));
-            }
-        }
         settings.throttle_bytes_per_second = args.throttle_bytes_per_second;
         settings.throttle_records_per_second = args.throttle_records_per_second;
         if let Some(eo) = exactly_once {

@@ -27,7 +27,7 @@ use crate::mirror::route::{outgoing, route, Destination, StreamReport};
 use crate::mirror::state::{Control, ShutdownGate, Stats, StreamShared};
 use crate::mirror::subscription::{SubscribeError, Subscription};
 use crate::mirror::target::TargetNames;
-use crate::mirror::throttle::MIN_PAUSE;
+use crate::mirror::throttle::Hold;
 use crate::mirror::topic_ids::TopicIds;
 use crate::mirror::topics::TopicCreator;
 use crate::mirror::Partition;
@@ -91,13 +91,11 @@ pub(crate) struct Stream<'s> {
     /// The target topics' `max.message.bytes`: a topic met for the first time is checked
     /// against the producer's `batch.size`.
     limits: Arc<TargetLimits>,
-    /// Until when `--throttle.bytes.per.second` or `--throttle.records.per.second` holds the
-    /// stream's partitions paused.
-    throttled_until: std::cell::Cell<Option<Instant>>,
-    /// Since when the throttle has held them paused: the time until the first record after
-    /// they resume (the consumer's fetch starts again then) is the time throttled
+    /// The hold of `--throttle.bytes.per.second` and `--throttle.records.per.second`: its
+    /// partitions paused until the shared buckets' debt is paid; the time until the first
+    /// record after they resume (the consumer fetches again) is the time throttled
     /// (`mirror_throttled_seconds_total`).
-    throttled_since: std::cell::Cell<Option<Instant>>,
+    hold: Hold,
     /// The source topics' ids: a topic deleted and created again is mirrored again from its
     /// beginning.
     topic_ids: TopicIds,
@@ -199,8 +197,7 @@ impl<'s> Stream<'s> {
             )),
             gate,
             limits,
-            throttled_until: std::cell::Cell::new(None),
-            throttled_since: std::cell::Cell::new(None),
+            hold: Hold::default(),
             topic_ids: TopicIds::new(stream, settings.options.topic_refresh_interval),
         })
     }
@@ -224,12 +221,7 @@ impl<'s> Stream<'s> {
             // Partitions of a topic found created again, assigned since the check.
             self.restart_recreated();
             // Held by the throttle: back as its debt is paid, not a whole interval later.
-            let wait = self.throttled_until.get().map_or(POLL_INTERVAL, |until| {
-                until
-                    .saturating_duration_since(Instant::now())
-                    .clamp(Duration::from_millis(1), POLL_INTERVAL)
-            });
-            let polled = self.source.poll(wait);
+            let polled = self.source.poll(self.hold.poll_wait(POLL_INTERVAL));
             self.last_consumer_poll.set(Instant::now());
             match polled {
                 Polled::Nothing => {}
@@ -331,23 +323,15 @@ impl<'s> Stream<'s> {
             .rebalance_context()
             .assignment_changed
             .swap(false, Ordering::SeqCst);
-        if let Some(until) = self.throttled_until.get() {
-            let now = Instant::now();
-            if now < until {
-                // `--throttle.*.per.second`: paused until the shared buckets' debt is
-                // paid; the loop keeps polling, so the stream stays in its group.
-                if changed || !self.paused.get() {
-                    let (_, records, bytes) = self.over_limit(1);
-                    self.set_paused(true, records, bytes);
-                }
-                if self.throttled_since.get().is_none() {
-                    self.throttled_since.set(Some(now));
-                }
-                return;
+        // `--throttle.*.per.second`: paused until the shared buckets' debt is paid; the loop
+        // keeps polling, so the stream stays in its group. Once paid, resumed below unless
+        // the in-flight limits still hold it back.
+        if self.hold.holds(Instant::now()) {
+            if changed || !self.paused.get() {
+                let (_, records, bytes) = self.over_limit(1);
+                self.set_paused(true, records, bytes);
             }
-            // Paid: resumed below unless the in-flight limits still hold it back. The time
-            // throttled runs on until the next record arrives (the consumer fetches again).
-            self.throttled_until.set(None);
+            return;
         }
         if self.paused.get() {
             let (still_over, records, bytes) = self.over_limit(2);
@@ -528,12 +512,7 @@ impl<'s> Stream<'s> {
     /// sends those.
     fn mirror(&self, record: &Record<'_>) {
         let stats = &self.shared.stats;
-        if self.throttled_until.get().is_none() {
-            if let Some(since) = self.throttled_since.take() {
-                let held = since.elapsed().as_micros() as u64;
-                Stats::add(&stats.throttled_micros, held);
-            }
-        }
+        self.hold.resumed(&stats.throttled_micros);
         let bytes = record.size();
         Stats::add(&stats.consumed, 1);
         Stats::add(&stats.consumed_bytes, bytes as u64);
@@ -573,15 +552,8 @@ impl<'s> Stream<'s> {
             }
         }
         if let (Some(throttle), true) = (self.shared.stats.throttle.get(), route.len() > 0) {
-            let wait = throttle.charge(bytes as u64);
-            // A smaller debt than MIN_PAUSE is carried by the next records.
-            if wait >= MIN_PAUSE {
-                // Paused from the next turn until the debt is paid.
-                let until = Instant::now() + wait;
-                if self.throttled_until.get().is_none_or(|u| until > u) {
-                    self.throttled_until.set(Some(until));
-                }
-            }
+            // Paused from the next turn until the debt is paid.
+            self.hold.charge(throttle, bytes as u64, 1);
         }
     }
 

@@ -18,8 +18,9 @@
 //! ([`Throttle`](crate::mirror::throttle::Throttle)) as it is readied, with its size as sent
 //! (header and records section, compressed as it came: what `mirror_bytes_consumed_total`
 //! counts here; the records are never decompressed to count their keys and values) and its
-//! record count. A debt of at least [`MIN_PAUSE`] stops the stream's fetches until it is paid;
-//! batches already readied are still sent, and the consumer is polled all along, so the
+//! record count ([`Hold`]). A debt of at least
+//! [`MIN_PAUSE`](crate::mirror::throttle::MIN_PAUSE) stops the stream's fetches until it is
+//! paid; batches already readied are still sent, and the consumer is polled all along, so the
 //! stream stays in its group.
 //!
 //! The replication delay ([`crate::mirror::delay`]) and the lag come from the fetch responses'
@@ -53,7 +54,7 @@ use crate::mirror::route::StreamReport;
 use crate::mirror::source::{call_listener, committed, make_target_topics, partition_list};
 use crate::mirror::state::{Control, PartitionLag, ShutdownGate, Stats, StreamShared};
 use crate::mirror::subscription::{SubscribeError, Subscription};
-use crate::mirror::throttle::MIN_PAUSE;
+use crate::mirror::throttle::Hold;
 use crate::mirror::topic_ids::TopicIds;
 use crate::mirror::topics::TopicCreator;
 use crate::mirror::Partition;
@@ -394,11 +395,10 @@ pub(crate) struct BatchStream<'s> {
     /// The source topics' ids: a topic deleted and created again is mirrored again from its
     /// beginning.
     topic_ids: TopicIds,
-    /// Until when `--throttle.*.per.second` holds the stream's fetches back.
-    throttled_until: Cell<Option<Instant>>,
-    /// Since when the throttle has held them: the time until the first fetch after they
-    /// resume is the time throttled (`mirror_throttled_seconds_total`).
-    throttled_since: Cell<Option<Instant>>,
+    /// The hold of `--throttle.*.per.second`: the stream's fetches held back until the debt
+    /// is paid; the time until the first fetch after it is the time throttled
+    /// (`mirror_throttled_seconds_total`).
+    hold: Hold,
     /// When the replication delay and the lag are observed next, and how often.
     next_observation: Cell<Instant>,
     observe_interval: Duration,
@@ -485,8 +485,7 @@ impl<'s> BatchStream<'s> {
             subscription: Subscription::new(stream, ""),
             gate,
             topic_ids: TopicIds::new(stream, settings.options.topic_refresh_interval),
-            throttled_until: Cell::new(None),
-            throttled_since: Cell::new(None),
+            hold: Hold::default(),
             next_observation: Cell::new(Instant::now()),
             observe_interval: settings
                 .consumer
@@ -522,12 +521,7 @@ impl<'s> BatchStream<'s> {
             let busy = self.turn();
             if !busy {
                 // Held by the throttle: back as its debt is paid.
-                let wait = self.throttled_until.get().map_or(IDLE_POLL, |until| {
-                    until
-                        .saturating_duration_since(Instant::now())
-                        .clamp(Duration::from_millis(1), IDLE_POLL)
-                });
-                self.poll_consumer(wait);
+                self.poll_consumer(self.hold.poll_wait(IDLE_POLL));
             }
             let now = Instant::now();
             self.shared.turned(now);
@@ -662,11 +656,8 @@ impl<'s> BatchStream<'s> {
             return more;
         };
         let fetched = engine.fetcher.receive(fetch);
-        if let Some(since) = self.throttled_since.take() {
-            // From the pause to the first fetch after it, as the record engine counts.
-            let held = since.elapsed().as_micros() as u64;
-            Stats::add(&self.shared.stats.throttled_micros, held);
-        }
+        // From the pause to the first fetch after it, as the record engine counts.
+        self.hold.resumed(&self.shared.stats.throttled_micros);
         for f in fetched {
             if self.shared.control.stop_requested() {
                 return false;
@@ -680,35 +671,18 @@ impl<'s> BatchStream<'s> {
     /// Whether the throttle holds the fetches back at `now` (the time held counted from the
     /// first turn it does).
     fn throttled(&self, now: Instant) -> bool {
-        match self.throttled_until.get() {
-            Some(until) if now < until => {
-                if self.throttled_since.get().is_none() {
-                    self.throttled_since.set(Some(now));
-                }
-                true
-            }
-            Some(_) => {
-                self.throttled_until.set(None);
-                false
-            }
-            None => false,
-        }
+        self.hold.holds(now)
     }
 
-    /// Charges one outgoing batch to the throttle, if there is one; a debt of [`MIN_PAUSE`]
-    /// or more holds the fetches back until it is paid (a smaller one is carried).
+    /// Charges one outgoing batch to the throttle, if there is one: a debt of
+    /// [`MIN_PAUSE`](crate::mirror::throttle::MIN_PAUSE) or more holds the fetches back until
+    /// it is paid (a smaller one is carried).
     fn charge(&self, out: &OutBatch) {
         let Some(throttle) = self.shared.stats.throttle.get() else {
             return;
         };
         let (bytes, records) = out.throttle_cost();
-        let wait = throttle.charge_batch(bytes, records);
-        if wait >= MIN_PAUSE {
-            let until = Instant::now() + wait;
-            if self.throttled_until.get().is_none_or(|u| until > u) {
-                self.throttled_until.set(Some(until));
-            }
-        }
+        self.hold.charge(throttle, bytes, records);
     }
 
     /// Once per statistics interval: every owned partition's lag and replication delay, from

@@ -67,6 +67,7 @@ use super::mapping::Recorder;
 use super::metadata::{self, Next, UnknownPartitions};
 use super::state::{Control, ShutdownGate, Stats, StreamShared};
 use super::target::TargetNames;
+use super::throttle::Hold;
 use super::topics::TopicCreator;
 use crate::mirror::route::{outgoing, route, Destination, StreamReport};
 use crate::mirror::source::committed;
@@ -212,6 +213,10 @@ pub(crate) struct TxStream<'s> {
     gate: Arc<ShutdownGate>,
     /// Target topics with a partition the producer did not know, each on its own clock.
     unknown_partitions: UnknownPartitions,
+    /// The hold of `--throttle.*.per.second`, and the owned partitions it paused: only
+    /// those are resumed when it ends (a partition whose start is pending stays paused).
+    hold: Hold,
+    held: RefCell<Vec<Partition>>,
 }
 
 impl<'s> TxStream<'s> {
@@ -332,6 +337,8 @@ impl<'s> TxStream<'s> {
             unknown_partitions: UnknownPartitions::new(metadata::propagation_limit(
                 &settings.producer,
             )),
+            hold: Hold::default(),
+            held: RefCell::default(),
         })
     }
 
@@ -392,10 +399,11 @@ impl<'s> TxStream<'s> {
             if self.core.lost.load(Ordering::SeqCst) {
                 return Err(self.leave_lost());
             }
+            self.throttle_turn();
             let wait = self.core.state().open.map_or(POLL_INTERVAL, |began| {
                 interval.saturating_sub(began.elapsed()).min(POLL_INTERVAL)
             });
-            match self.source.poll(wait) {
+            match self.source.poll(self.hold.poll_wait(wait)) {
                 Polled::Nothing => {}
                 Polled::Record(record) => self.mirror(&record),
                 Polled::Error { error, reason } => clients::client_error(
@@ -480,6 +488,57 @@ impl<'s> TxStream<'s> {
         }
         if sent {
             self.core.copied(topic, partition, offset);
+            if let (Some(throttle), true) = (shared.stats.throttle.get(), route.len() > 0) {
+                // Paused from the next turn until the debt is paid.
+                self.hold.charge(throttle, record.size() as u64, 1);
+            }
+        }
+    }
+
+    /// `--throttle.*.per.second`: while the debt holds the stream, its owned partitions are
+    /// paused (those claimed during the hold too) and the loop keeps polling, so it stays in
+    /// its group and its transactions commit on time; once paid, the partitions it paused
+    /// and still owns are resumed. Partitions whose start is pending are never touched: the
+    /// hand-over resumes them when they are claimed.
+    fn throttle_turn(&self) {
+        let consumer = self.source.consumer();
+        let owned: Vec<Partition> = self.core.state().parts.iter().map(|p| p.key()).collect();
+        let mut held = self.held.borrow_mut();
+        // A partition released during the hold is no longer this stream's to resume.
+        held.retain(|p| owned.contains(p));
+        let names = |list: &[Partition]| {
+            let names: Vec<String> = list.iter().map(|(t, p)| format!("{t}/{p}")).collect();
+            names.join(" ")
+        };
+        if self.hold.holds(Instant::now()) {
+            let new: Vec<Partition> = owned.into_iter().filter(|p| !held.contains(p)).collect();
+            if new.is_empty() {
+                return;
+            }
+            match consumer.pause(&partitions_of(&new)) {
+                Ok(()) => held.extend(new),
+                // Not held: the next turn tries again.
+                Err(e) => tracing::warn!(
+                    stream = self.stream,
+                    "cannot pause {} for the throttle: {e}",
+                    names(&new)
+                ),
+            }
+            return;
+        }
+        self.hold.resumed(&self.shared().stats.throttled_micros);
+        let paused = std::mem::take(&mut *held);
+        if paused.is_empty() {
+            return;
+        }
+        if let Err(e) = consumer.resume(&partitions_of(&paused)) {
+            // Left paused, they would stall: stop (exit 1) with nothing lost, as when any
+            // other consumer call fails.
+            self.shared().control.fail(format!(
+                "stream {}: cannot resume {} after the throttle's hold: {e}",
+                self.stream,
+                names(&paused)
+            ));
         }
     }
 
@@ -618,6 +677,14 @@ impl<'s> TxStream<'s> {
 }
 
 /// `positions` as a partition list with offsets, to seek to or to commit.
+fn partitions_of(parts: &[Partition]) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for (topic, partition) in parts {
+        tpl.add_partition(topic, *partition);
+    }
+    tpl
+}
+
 fn offset_list(positions: &[(Partition, i64)]) -> TopicPartitionList {
     let mut tpl = TopicPartitionList::with_capacity(positions.len());
     for ((topic, partition), next) in positions {
