@@ -1045,6 +1045,12 @@ impl<'s> BatchStream<'s> {
         }
         drop(tracker);
         Stats::add(&self.shared.stats.acknowledged, out.records as u64);
+        // One observation per batch, from its newest record: the records are not decoded for
+        // their own timestamps (a backlog's age shows all the same).
+        let newest = out.max_timestamp();
+        if newest >= 0 {
+            self.shared.stats.recorded.observe_latency(newest);
+        }
     }
 
     fn refused(
