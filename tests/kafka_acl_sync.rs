@@ -2,7 +2,8 @@
 //! on mirrored topics reach the target (renamed by `--target.topic`; WRITE dropped, ALL made
 //! READ), an ACL made by hand on the target survives every round, and an ACL removed on the
 //! source is removed from the target within a round, or, removed while the mirror was down,
-//! in the first round after a restart (the record of what the sync made is read at start).
+//! in the first round after a restart (the record of what the sync made is read at start);
+//! with both copy engines.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -67,28 +68,19 @@ fn add(cluster: &KafkaCluster, principal: &str, op: &str, resource: &[&str]) {
     cluster.acls(&args);
 }
 
-/// `mirror-maker check` with the pair's configs and these flags: stdout and stderr.
-fn check(pair: &KafkaPair, flags: &[&str]) -> String {
-    let dir = tempdir();
-    let (c, p) = mirror_configs(dir.path(), &pair.src(), &pair.dst(), &[], &[]);
-    let out = binary()
-        .arg("check")
-        .arg("--consumer.config")
-        .arg(&c)
-        .arg("--producer.config")
-        .arg(&p)
-        .args(flags)
-        .output()
-        .expect("running check");
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+#[test]
+fn source_topic_acls_reach_the_target_and_only_the_syncs_own_are_removed() {
+    acls_reach_the_target(CopyMode::Records);
 }
 
 #[test]
-fn source_topic_acls_reach_the_target_and_only_the_syncs_own_are_removed() {
+fn source_topic_acls_reach_the_target_and_only_the_syncs_own_are_removed_with_batches() {
+    acls_reach_the_target(CopyMode::Batches);
+}
+
+/// The trial, with either engine (each on a pair of its own: both clusters authorize, and
+/// the record of what the sync made is the target's).
+fn acls_reach_the_target(mode: CopyMode) {
     let started = Instant::now();
     let pair = KafkaPair::with(KAFKA_4, 1, AUTHORIZER, TOPIC, 1, &[]);
     pair.source.create_topic("payments", 1, 1, &[]);
@@ -117,7 +109,7 @@ fn source_topic_acls_reach_the_target_and_only_the_syncs_own_are_removed() {
         &interval,
     ];
 
-    let checked = check(&pair, &flags);
+    let checked = pair.check(&flags);
     assert!(
         checked.contains(
             "ACL sync: will create READ for User:alice (host *) on LITERAL topic primary.orders"
@@ -128,6 +120,7 @@ fn source_topic_acls_reach_the_target_and_only_the_syncs_own_are_removed() {
     let mut mirror = pair
         .mirror()
         .whitelist("orders|payments")
+        .copy_mode(mode)
         .args(&flags[2..])
         .start();
     let wanted = [
@@ -214,6 +207,7 @@ fn source_topic_acls_reach_the_target_and_only_the_syncs_own_are_removed() {
     let mut mirror = pair
         .mirror()
         .whitelist("orders|payments")
+        .copy_mode(mode)
         .args(&flags[2..])
         .start();
     let restarted_at = Instant::now();
@@ -232,9 +226,10 @@ fn source_topic_acls_reach_the_target_and_only_the_syncs_own_are_removed() {
     );
     assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
     eprintln!(
-        "TRIAL ACL sync kafka 4.4.0: alice/bob(prefix)/dave copied as READ to primary.*, carol's \
+        "TRIAL ACL sync kafka 4.4.0 ({}): alice/bob(prefix)/dave copied as READ to primary.*, carol's \
          WRITE not, in {:.1} s; alice's removal followed in {:.1} s; the hand-made ACL kept; \
          dave's, removed while the mirror was down, gone {:.1} s after a restart; {:.0} s in all",
+        mode.flag(),
         copied_in.as_secs_f64(),
         removed_in.as_secs_f64(),
         after_restart.as_secs_f64(),

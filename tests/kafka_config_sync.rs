@@ -1,6 +1,7 @@
 //! `--sync.topic.configs` on Apache Kafka: configs changed on a source topic after its target
 //! topic was made reach the target within an interval, and a config set by hand on the
-//! target that `--create.topics.configs` does not list survives every round.
+//! target that `--create.topics.configs` does not list survives every round; with both copy
+//! engines, each on a lane of one shared pair.
 
 use std::time::{Duration, Instant};
 
@@ -17,33 +18,27 @@ fn config(bootstrap: &str, topic: &str, key: &str) -> Option<String> {
         .map(|(_, v)| v)
 }
 
-/// Runs `mirror-maker check` of the pair's topic: stdout and stderr.
-fn check(pair: &KafkaPair) -> String {
-    let dir = tempdir();
-    let (c, p) = mirror_configs(dir.path(), &pair.src(), &pair.dst(), &[], &[]);
-    let out = binary()
-        .arg("check")
-        .arg("--consumer.config")
-        .arg(&c)
-        .arg("--producer.config")
-        .arg(&p)
-        .args(["--whitelist", TOPIC])
-        .output()
-        .expect("running check");
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+#[test]
+fn source_config_changes_reach_the_target_and_target_only_keys_survive() {
+    config_changes_reach_the_target(CopyMode::Records);
 }
 
 #[test]
-fn source_config_changes_reach_the_target_and_target_only_keys_survive() {
+fn source_config_changes_reach_the_target_and_target_only_keys_survive_with_batches() {
+    config_changes_reach_the_target(CopyMode::Batches);
+}
+
+/// The trial, with either engine: a lane of the shared pair, the topic named for the engine.
+fn config_changes_reach_the_target(mode: CopyMode) {
     let started = Instant::now();
-    let pair = KafkaPair::with(KAFKA_4, 1, &[], TOPIC, 2, &[("retention.ms", "86400000")]);
+    let topic = mode.named(TOPIC);
+    let pair =
+        SharedPair::get(KAFKA_4).lane_with(topic, 2, &[("retention.ms", "86400000")]);
     pair.write(0..200);
     let interval = INTERVAL_MS.to_string();
     let args = [
+        "--copy.mode",
+        mode.flag(),
         "--offset.commit.interval.ms",
         "300",
         "--sync.topic.configs.interval.ms",
@@ -54,24 +49,24 @@ fn source_config_changes_reach_the_target_and_target_only_keys_survive() {
     assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
     let dst = pair.dst();
     assert_eq!(
-        config(&dst, TOPIC, "retention.ms").as_deref(),
+        config(&dst, topic, "retention.ms").as_deref(),
         Some("86400000")
     );
 
     // By hand on the target: keys the list does not name.
     set_topic_configs(
         &dst,
-        TOPIC,
+        topic,
         &[("segment.bytes", "10485760"), ("min.insync.replicas", "1")],
     );
     // While the mirror is down, the source's retention changes: check says what will change.
-    set_topic_configs(&pair.src(), TOPIC, &[("retention.ms", "3600000")]);
-    let checked = check(&pair);
+    set_topic_configs(&pair.src(), topic, &[("retention.ms", "3600000")]);
+    let checked = pair.check(&[]);
     assert!(
-        checked.contains(
-            "topic-config sync: orders -> orders: retention.ms will be set: source 3600000, \
+        checked.contains(&format!(
+            "topic-config sync: {topic} -> {topic}: retention.ms will be set: source 3600000, \
              target 86400000"
-        ),
+        )),
         "{checked}"
     );
     assert!(!checked.contains("segment.bytes"), "{checked}");
@@ -80,21 +75,21 @@ fn source_config_changes_reach_the_target_and_target_only_keys_survive() {
     wait_until(
         Duration::from_secs(30),
         "retention.ms on the target after the restart",
-        || config(&dst, TOPIC, "retention.ms").as_deref() == Some("3600000"),
+        || config(&dst, topic, "retention.ms").as_deref() == Some("3600000"),
     );
     // While the mirror runs: a change reaches the target within an interval.
     let changed = Instant::now();
     set_topic_configs(
         &pair.src(),
-        TOPIC,
+        topic,
         &[("cleanup.policy", "compact"), ("retention.ms", "7200000")],
     );
     wait_until(
         Duration::from_millis(INTERVAL_MS * 3),
         "cleanup.policy and retention.ms on the target",
         || {
-            config(&dst, TOPIC, "cleanup.policy").as_deref() == Some("compact")
-                && config(&dst, TOPIC, "retention.ms").as_deref() == Some("7200000")
+            config(&dst, topic, "cleanup.policy").as_deref() == Some("compact")
+                && config(&dst, topic, "retention.ms").as_deref() == Some("7200000")
         },
     );
     let took = changed.elapsed();
@@ -103,17 +98,19 @@ fn source_config_changes_reach_the_target_and_target_only_keys_survive() {
     assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
     let log = mirror.log();
     assert_eq!(
-        config(&dst, TOPIC, "segment.bytes").as_deref(),
+        config(&dst, topic, "segment.bytes").as_deref(),
         Some("10485760"),
         "{log}"
     );
     assert_eq!(
-        config(&dst, TOPIC, "min.insync.replicas").as_deref(),
+        config(&dst, topic, "min.insync.replicas").as_deref(),
         Some("1"),
         "{log}"
     );
     assert!(
-        log.contains("topic-config sync: target topic orders: cleanup.policy delete -> compact"),
+        log.contains(&format!(
+            "topic-config sync: target topic {topic}: cleanup.policy delete -> compact"
+        )),
         "{log}"
     );
     assert!(
@@ -126,9 +123,10 @@ fn source_config_changes_reach_the_target_and_target_only_keys_survive() {
         "took {took:?} for an interval of {INTERVAL_MS} ms"
     );
     eprintln!(
-        "TRIAL config-sync kafka 4.4.0: retention.ms and cleanup.policy reached the target \
+        "TRIAL config-sync kafka 4.4.0 ({}): retention.ms and cleanup.policy reached the target \
          {:.1} s after the change (interval {} s); segment.bytes and min.insync.replicas set on \
          the target kept; {:.0} s",
+        mode.flag(),
         took.as_secs_f64(),
         INTERVAL_MS / 1000,
         started.elapsed().as_secs_f64()

@@ -35,7 +35,8 @@ const COMMIT_FAILURES_NOT_READY: u64 = 3;
 /// more instances than partitions, is running as it should; [`assignment`] tells it apart.
 ///
 /// With `--max.replication.delay.ms`, a replication delay above it is not ready either
-/// (logged once as it passes the limit and once as it comes back under).
+/// (logged once as it passes the limit and once as it comes back under, whatever else is
+/// wrong meanwhile). Every reason that holds is named, `; ` between them.
 pub fn readiness(
     stats: &Stats,
     control: &Control,
@@ -47,8 +48,9 @@ pub fn readiness(
     }
     // Flags only: no tracker is locked and nothing is copied (systemd's notifier asks often).
     let live = stats.streams.live();
+    let mut reasons = Vec::new();
     if live.len() < streams {
-        return Err(format!("{} of {streams} streams started", live.len()));
+        reasons.push(format!("{} of {streams} streams started", live.len()));
     }
     let count = |flag: fn(&StreamShared) -> &AtomicBool| {
         live.iter()
@@ -65,7 +67,7 @@ pub fn readiness(
     ] {
         let up = count(flag);
         if up < live.len() {
-            return Err(format!(
+            reasons.push(format!(
                 "{up} of {} stream {client} reach the {cluster} cluster",
                 live.len()
             ));
@@ -76,11 +78,13 @@ pub fn readiness(
         .commit_failures_in_a_row
         .load(Ordering::Relaxed);
     if failing >= COMMIT_FAILURES_NOT_READY {
-        return Err(format!(
+        reasons.push(format!(
             "the last {failing} offset commits failed (see mirror_commit_failures_total and \
              the log)"
         ));
     }
+    // Weighed whatever else is wrong: a target that stops answering is also a delay that
+    // grows, and its crossing of the limit is logged as it happens.
     if let Some(limit) = max_delay {
         let now = std::time::Instant::now();
         let worst = live
@@ -100,13 +104,17 @@ pub fn readiness(
             }
         }
         if let (true, Some(((topic, partition), delay))) = (over, worst) {
-            return Err(format!(
+            reasons.push(format!(
                 "replication delay {delay:.1?} ({topic}/{partition}) is above \
                  --max.replication.delay.ms ({limit:?})"
             ));
         }
     }
-    Ok(())
+    if reasons.is_empty() {
+        Ok(())
+    } else {
+        Err(reasons.join("; "))
+    }
 }
 
 /// How many streams have had their assignment (possibly empty), as a line.
@@ -422,5 +430,34 @@ mod tests {
     fn an_address_given_as_ip_adds_no_name() {
         assert!(allowed_hosts("0.0.0.0:9464", &[]).is_empty());
         assert!(allowed_hosts("[::]:9464", &[]).is_empty());
+    }
+
+    /// A target that stops answering shows twice, unreachable and behind: the delay is
+    /// weighed (and its crossing recorded for the log) whatever else is wrong.
+    #[test]
+    fn a_delay_above_the_limit_is_named_even_with_the_target_unreachable() {
+        use crate::mirror::delay::Observation;
+        use crate::mirror::state::{Control, Stats, StreamShared};
+        use std::sync::Arc;
+        let stats = Arc::new(Stats::default());
+        let stream = StreamShared::new(0, Arc::new(Control::new()), stats.clone(), true, None);
+        let then = std::time::Instant::now() - Duration::from_secs(10);
+        stream.delay.observe(
+            then,
+            &[Observation {
+                partition: ("orders".to_owned(), 0),
+                high_watermark: 20,
+                replicated_to: Some(10),
+            }],
+        );
+        stream.target_up.store(false, Ordering::Relaxed);
+        let why = readiness(&stats, &Control::new(), 1, Some(Duration::from_secs(3)))
+            .expect_err("not ready");
+        assert!(
+            why.contains("reach the target cluster")
+                && why.contains("(orders/0) is above --max.replication.delay.ms"),
+            "{why}"
+        );
+        assert!(stats.delay_over_limit.load(Ordering::Relaxed));
     }
 }

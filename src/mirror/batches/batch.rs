@@ -484,6 +484,12 @@ impl OutBatch {
         (self.size() as u64, self.records.max(0) as u64)
     }
 
+    /// The timestamp of its newest record (its header's max timestamp: the source's, or, for
+    /// a LogAppendTime batch, the source's append time); negative when the batch has none.
+    pub(crate) fn max_timestamp(&self) -> i64 {
+        i64_at(&self.header, MAX_TIMESTAMP_AT)
+    }
+
     /// The base sequence stamped on it.
     pub(crate) fn base_sequence(&self) -> i32 {
         i32_at(&self.header, BASE_SEQUENCE_AT)

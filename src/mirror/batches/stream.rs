@@ -652,7 +652,7 @@ impl<'s> BatchStream<'s> {
         });
         let more = self.round(engine);
         let Some(fetch) = fetch else {
-            self.observe(engine);
+            self.observe(engine, false);
             return more;
         };
         let fetched = engine.fetcher.receive(fetch);
@@ -664,7 +664,11 @@ impl<'s> BatchStream<'s> {
             }
             self.take(engine, f);
         }
-        self.observe(engine);
+        // Records fetched after everything was acknowledged: observed now, not at the next
+        // interval. The next round may wait a whole request timeout on a target that does not
+        // answer, and the latest observation, all copied, would read no delay meanwhile.
+        let behind_again = !pending && engine.parts.values().any(|p| !p.queue.is_empty());
+        self.observe(engine, behind_again);
         more || engine.parts.values().any(|p| !p.queue.is_empty())
     }
 
@@ -685,11 +689,12 @@ impl<'s> BatchStream<'s> {
         self.hold.charge(throttle, bytes, records);
     }
 
-    /// Once per statistics interval: every owned partition's lag and replication delay, from
-    /// its latest fetched high watermark (partitions not fetched yet are left out).
-    fn observe(&self, engine: &Engine) {
+    /// Once per statistics interval, or now when `now_anyway`: every owned partition's lag and
+    /// replication delay, from its latest fetched high watermark (partitions not fetched yet
+    /// are left out).
+    fn observe(&self, engine: &Engine, now_anyway: bool) {
         let now = Instant::now();
-        if now < self.next_observation.get() {
+        if now < self.next_observation.get() && !now_anyway {
             return;
         }
         self.next_observation.set(now + self.observe_interval);
@@ -1019,6 +1024,12 @@ impl<'s> BatchStream<'s> {
         }
         drop(tracker);
         Stats::add(&self.shared.stats.acknowledged, out.records as u64);
+        // One observation per batch, from its newest record: the records are not decoded for
+        // their own timestamps (a backlog's age shows all the same).
+        let newest = out.max_timestamp();
+        if newest >= 0 {
+            self.shared.stats.recorded.observe_latency(newest);
+        }
     }
 
     fn refused(

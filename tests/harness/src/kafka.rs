@@ -1087,7 +1087,18 @@ impl SharedPair {
     /// `topic` made on the source with `partitions` partitions (the target topic left to the
     /// mirror), for a mirror in the group of the same name.
     pub fn lane(&self, topic: &'static str, partitions: i32) -> Endpoints {
-        self.source.create_topic(topic, partitions, 1, &[]);
+        self.lane_with(topic, partitions, &[])
+    }
+
+    /// As [`SharedPair::lane`], the source topic made with these topic configs.
+    pub fn lane_with(
+        &self,
+        topic: &'static str,
+        partitions: i32,
+        source_topic_configs: &[(&str, &str)],
+    ) -> Endpoints {
+        self.source
+            .create_topic(topic, partitions, 1, source_topic_configs);
         Endpoints::lane(&self.source, &self.target, topic, partitions)
     }
 }

@@ -945,6 +945,33 @@ impl Endpoints {
         write_samples(&self.src, self.topic, range, self.partitions, 100).expect("writing samples");
     }
 
+    /// Writes `count` records to each partition of the source topic, each stamped
+    /// `timestamp_ms` (CreateTime, set by the producer): records as old as a test needs.
+    pub fn write_stamped(&self, count: u64, timestamp_ms: i64) {
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        let producer: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &self.src)
+            .set("linger.ms", "5")
+            .set("log_level", "3")
+            .create()
+            .expect("a producer");
+        for i in 0..count {
+            for partition in 0..self.partitions {
+                let value = format!("{}/{partition}/{i}", self.topic);
+                let record: BaseRecord<'_, str, str> = BaseRecord::to(self.topic)
+                    .partition(partition)
+                    .timestamp(timestamp_ms)
+                    .payload(&value);
+                mirror_maker::mirror::flush::send_waiting(&producer, record, None)
+                    .unwrap_or_else(|e| panic!("producing to {}/{partition}: {e}", self.topic));
+                producer.poll(Duration::ZERO);
+            }
+        }
+        producer
+            .flush(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("flushing the records to {}: {e}", self.topic));
+    }
+
     /// Starts writing sample records from index `from` in the background, `batch` at a time.
     pub fn trickle(&self, from: u64, batch: u64) -> Trickle {
         Trickle::start(
@@ -1017,18 +1044,24 @@ impl Endpoints {
         MirrorBuilder::new(Configs::Defaults(self))
     }
 
-    /// Runs `mirror-maker check` of the source topic with the test's client configs
-    /// ([`mirror_configs`]) and `flags`; returns its stdout and stderr together.
+    /// Runs `mirror-maker check` with the test's client configs ([`mirror_configs`]) and
+    /// `flags`, of the source topic unless `flags` name a `--whitelist`; returns its stdout and
+    /// stderr together.
     pub fn check(&self, flags: &[&str]) -> String {
         let dir = tempdir();
         let (c, p) = mirror_configs(dir.path(), &self.src, &self.dst, &[], &[]);
+        let whitelist: &[&str] = if flags.contains(&"--whitelist") {
+            &[]
+        } else {
+            &["--whitelist", self.topic]
+        };
         let out = binary()
             .arg("check")
             .arg("--consumer.config")
             .arg(&c)
             .arg("--producer.config")
             .arg(&p)
-            .args(["--whitelist", self.topic])
+            .args(whitelist)
             .args(flags)
             .output()
             .expect("running check");
