@@ -364,7 +364,17 @@ impl BatchContext {
                 }
             }
         }
-        if !self.closing.load(Ordering::SeqCst) && !consumer.assignment_lost() {
+        if consumer.assignment_lost() {
+            // As the record engine says it: the group gave them away without this member
+            // (session timed out, poll interval passed), so nothing is committed.
+            tracing::warn!(
+                stream,
+                "the group took back {} from this stream (assignment lost); releasing them \
+                 without committing, their batches not yet acknowledged dropped: the next \
+                 owner mirrors them again from the last commit (duplicates, no loss)",
+                counted(partitions.len(), "partition")
+            );
+        } else if !self.closing.load(Ordering::SeqCst) {
             match commit_sync(consumer, &self.shared, Some(partitions)) {
                 Ok(n) => tracing::info!(
                     stream,
