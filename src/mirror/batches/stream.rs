@@ -44,7 +44,6 @@ use super::producer::{BatchProducer, Outcome, RoundItem};
 use crate::mirror::clients::{self, Cluster};
 use crate::mirror::commit::{commit_async, commit_stored, commit_sync, final_commit};
 use crate::mirror::delay::Observation;
-use crate::mirror::flush;
 use crate::mirror::limits::TargetLimits;
 use crate::mirror::mapping::ledger::StreamMapping;
 use crate::mirror::mapping::store::MappingStore;
@@ -60,7 +59,7 @@ use crate::mirror::Partition;
 use crate::native::queue::{Polled, Source};
 use crate::plugin::Listener;
 use crate::settings::flags::SourceGap;
-use crate::settings::{counted, Settings};
+use crate::settings::{batch_request_wait, counted, Settings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BatchStreamError {
@@ -439,7 +438,8 @@ impl<'s> BatchStream<'s> {
             settings.options.abort_on_send_failure,
             store.map(|s| StreamMapping::new(s)),
         );
-        let timeout = flush::request_timeout(&settings.producer);
+        // Bounded by the poll interval: the consumer is polled between rounds only.
+        let timeout = batch_request_wait(settings);
         let fetcher = Fetcher::new(&settings.consumer, timeout)
             .map_err(|e| create("source fetcher", e.to_string()))?;
         let producer = BatchProducer::new(&settings.producer, timeout)
