@@ -607,9 +607,21 @@ impl<'s> BatchStream<'s> {
         self.topic_ids.report(&started);
     }
 
-    /// Serves the consumer's events (rebalances, commit results, statistics). A record it
-    /// returns would mean it fetched: counted, never mirrored (our fetcher reads it).
+    /// Serves the consumer's events (rebalances, commit results, statistics), every one
+    /// queued when it is called, then waits up to `timeout` for one more. (A poll without a
+    /// wait serves one event; a turn that the target holds for seconds polls once, while
+    /// each periodic commit's result, every log line and statistics add one: served one a
+    /// turn, a revocation queued behind them was never reached, and a joining instance never
+    /// got its partitions.) A record it returns would mean it fetched: counted, never
+    /// mirrored (our fetcher reads it).
     fn poll_consumer(&self, timeout: Duration) {
+        for _ in 0..self.source.queued() {
+            self.serve(Duration::ZERO);
+        }
+        self.serve(timeout);
+    }
+
+    fn serve(&self, timeout: Duration) {
         match self.source.poll(timeout) {
             Polled::Nothing => {}
             Polled::Record(r) => {
