@@ -93,18 +93,10 @@ impl StopBound {
 /// How often [`drain`] purges again what librdkafka queued anew.
 const PURGE_STEP: Duration = Duration::from_millis(10);
 
-/// librdkafka's default `request.timeout.ms` for producers.
-const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
-
 /// How long a produce request may wait for its answer: the producer config's
 /// `request.timeout.ms` (librdkafka's default, 30 s).
 pub(crate) fn request_timeout(producer: &ClientProps) -> Duration {
-    Duration::from_millis(
-        producer
-            .get("request.timeout.ms")
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_REQUEST_TIMEOUT_MS),
-    )
+    producer.request_timeout()
 }
 
 /// Empties `producer` before partitions are released: purges every record still queued

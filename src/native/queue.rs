@@ -72,6 +72,14 @@ impl<C: ConsumerContext> Source<C> {
         &self.consumer
     }
 
+    /// The events waiting on the queue now (records, rebalances, commit results, logs,
+    /// statistics): a caller that polls with a zero timeout serves one of them a call.
+    pub fn queued(&self) -> usize {
+        // SAFETY: `self.queue` is a live queue reference owned by `self`; the call only reads
+        // its length.
+        unsafe { rdsys::rd_kafka_queue_length(self.queue.ptr()) }
+    }
+
     /// Commits `offsets` asynchronously; the result comes back through this queue as an
     /// offset-commit event, served by [`Source::poll`] to the context's `commit_callback`.
     /// (librdkafka's `rd_kafka_commit`, which rust-rdkafka calls, reports the result of an

@@ -152,6 +152,8 @@ const CLASSIC_GROUP_ONLY: [&str; 4] = [
 pub const DEFAULT_MAX_POLL_INTERVAL_MS: u64 = 300_000;
 /// librdkafka's default `transaction.timeout.ms`.
 pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
+/// librdkafka's default `request.timeout.ms` for producers.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 
 /// The librdkafka properties of one client, with the file they came from.
 #[derive(Clone)]
@@ -397,6 +399,12 @@ impl ClientProps {
     /// default where it is not set or not a number of milliseconds).
     pub fn max_poll_interval(&self) -> Duration {
         self.millis("max.poll.interval.ms", DEFAULT_MAX_POLL_INTERVAL_MS)
+    }
+
+    /// The producer's `request.timeout.ms`, how long a request may wait for its answer
+    /// (librdkafka's default where it is not set or not a number of milliseconds).
+    pub fn request_timeout(&self) -> Duration {
+        self.millis("request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS)
     }
 
     /// The producer's `transaction.timeout.ms`, how long one transactional call may take

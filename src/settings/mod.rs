@@ -657,8 +657,10 @@ pub fn batch_refusal(settings: &Settings) -> Option<String> {
 /// warning: it sends the source's records sections compressed as the source's producers wrote
 /// them, so a `compression.*` of the producer config has no effect there. Not refused: Kafka's
 /// stock config/producer.properties sets `compression.type=none`.
+///
+/// Also a `request.timeout.ms` that [`batch_request_wait`] shortens, naming both keys.
 pub fn batch_unapplied(settings: &Settings) -> Vec<String> {
-    ["compression.type", "compression.codec", "compression.level"]
+    let mut lines: Vec<String> = ["compression.type", "compression.codec", "compression.level"]
         .into_iter()
         .filter_map(|key| {
             let value = settings.producer.get(key)?;
@@ -669,7 +671,37 @@ pub fn batch_unapplied(settings: &Settings) -> Vec<String> {
                 settings.producer.path.display()
             ))
         })
-        .collect()
+        .collect();
+    let wait = batch_request_wait(settings);
+    let asked = settings.producer.request_timeout();
+    if wait < asked {
+        lines.push(format!(
+            "`request.timeout.ms = {}` in the producer config {} is above a fifth of the \
+             consumer's max.poll.interval.ms ({} ms, {}): with --copy.mode batches each \
+             request waits at most {} ms, so that a stream whose requests get no answer still \
+             polls its group within the interval (raise max.poll.interval.ms to wait longer)",
+            asked.as_millis(),
+            settings.producer.path.display(),
+            settings.consumer.max_poll_interval().as_millis(),
+            settings.consumer.path.display(),
+            wait.as_millis()
+        ));
+    }
+    lines
+}
+
+/// How long one request of the batch engine waits (its connects, Fetch, Metadata and Produce
+/// answers): the producer config's `request.timeout.ms`, at most a fifth of the consumer's
+/// `max.poll.interval.ms`. The engine polls the consumer between its rounds only, and a round
+/// whose broker does not answer waits up to four of these (a leader refresh, the connects,
+/// the answers, the refresh after a failure) with the fetch's answer besides: a longer wait
+/// would keep the stream from its group past the interval, and librdkafka would leave the
+/// group (its partitions lost, copied again from the last commit).
+pub fn batch_request_wait(settings: &Settings) -> Duration {
+    settings
+        .producer
+        .request_timeout()
+        .min(settings.consumer.max_poll_interval() / 5)
 }
 
 /// `--on.handler.error`: what a record the message handler refuses does.
@@ -763,6 +795,34 @@ mod tests {
         let lines = batch_unapplied(&settings(&[("compression.type", "zstd")]));
         assert_eq!(lines.len(), 1, "{lines:?}");
         for needle in ["`compression.type = zstd`", "p.toml", "--copy.mode records"] {
+            assert!(lines[0].contains(needle), "{needle:?} not in {}", lines[0]);
+        }
+    }
+
+    #[test]
+    fn the_batch_engine_waits_at_most_a_fifth_of_the_poll_interval_per_request() {
+        let s = settings(&[("request.timeout.ms", "5000")]);
+        assert_eq!(batch_request_wait(&s), Duration::from_millis(5000));
+        assert!(batch_unapplied(&s).is_empty());
+        let mut s = settings(&[("request.timeout.ms", "5000")]);
+        s.consumer = ClientProps::from_pairs(
+            Role::Consumer,
+            "c.toml",
+            [
+                ("bootstrap.servers", "x:1"),
+                ("group.id", "g"),
+                ("max.poll.interval.ms", "3000"),
+            ],
+        );
+        assert_eq!(batch_request_wait(&s), Duration::from_millis(600));
+        let lines = batch_unapplied(&s);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        for needle in [
+            "`request.timeout.ms = 5000`",
+            "p.toml",
+            "max.poll.interval.ms (3000 ms, c.toml)",
+            "at most 600 ms",
+        ] {
             assert!(lines[0].contains(needle), "{needle:?} not in {}", lines[0]);
         }
     }

@@ -68,8 +68,9 @@ impl BatchProducer {
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1);
         // Retriable answers (the coordinator still loading, say) are asked again within the
-        // request timeout.
-        let deadline = std::time::Instant::now() + timeout;
+        // config's request timeout (`timeout` may be shorter, bounded by the poll interval
+        // for the waits of a running stream; none of those runs yet).
+        let deadline = std::time::Instant::now() + props.request_timeout().max(timeout);
         let response = loop {
             let response = cluster
                 .connection(broker)?

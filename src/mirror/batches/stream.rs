@@ -45,7 +45,6 @@ use super::producer::{BatchProducer, Outcome, RoundItem};
 use crate::mirror::clients::{self, Cluster};
 use crate::mirror::commit::{commit_async, commit_stored, commit_sync, final_commit};
 use crate::mirror::delay::Observation;
-use crate::mirror::flush;
 use crate::mirror::limits::TargetLimits;
 use crate::mirror::mapping::ledger::StreamMapping;
 use crate::mirror::mapping::store::MappingStore;
@@ -61,7 +60,7 @@ use crate::mirror::Partition;
 use crate::native::queue::{Polled, Source};
 use crate::plugin::Listener;
 use crate::settings::flags::SourceGap;
-use crate::settings::{counted, Settings};
+use crate::settings::{batch_request_wait, counted, Settings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BatchStreamError {
@@ -365,7 +364,17 @@ impl BatchContext {
                 }
             }
         }
-        if !self.closing.load(Ordering::SeqCst) && !consumer.assignment_lost() {
+        if consumer.assignment_lost() {
+            // As the record engine says it: the group gave them away without this member
+            // (session timed out, poll interval passed), so nothing is committed.
+            tracing::warn!(
+                stream,
+                "the group took back {} from this stream (assignment lost); releasing them \
+                 without committing, their batches not yet acknowledged dropped: the next \
+                 owner mirrors them again from the last commit (duplicates, no loss)",
+                counted(partitions.len(), "partition")
+            );
+        } else if !self.closing.load(Ordering::SeqCst) {
             match commit_sync(consumer, &self.shared, Some(partitions)) {
                 Ok(n) => tracing::info!(
                     stream,
@@ -429,7 +438,8 @@ impl<'s> BatchStream<'s> {
             settings.options.abort_on_send_failure,
             store.map(|s| StreamMapping::new(s)),
         );
-        let timeout = flush::request_timeout(&settings.producer);
+        // Bounded by the poll interval: the consumer is polled between rounds only.
+        let timeout = batch_request_wait(settings);
         let fetcher = Fetcher::new(&settings.consumer, timeout)
             .map_err(|e| create("source fetcher", e.to_string()))?;
         let producer = BatchProducer::new(&settings.producer, timeout)
@@ -591,9 +601,21 @@ impl<'s> BatchStream<'s> {
         self.topic_ids.report(&started);
     }
 
-    /// Serves the consumer's events (rebalances, commit results, statistics). A record it
-    /// returns would mean it fetched: counted, never mirrored (our fetcher reads it).
+    /// Serves the consumer's events (rebalances, commit results, statistics), every one
+    /// queued when it is called, then waits up to `timeout` for one more. (A poll without a
+    /// wait serves one event; a turn that the target holds for seconds polls once, while
+    /// each periodic commit's result, every log line and statistics add one: served one a
+    /// turn, a revocation queued behind them was never reached, and a joining instance never
+    /// got its partitions.) A record it returns would mean it fetched: counted, never
+    /// mirrored (our fetcher reads it).
     fn poll_consumer(&self, timeout: Duration) {
+        for _ in 0..self.source.queued() {
+            self.serve(Duration::ZERO);
+        }
+        self.serve(timeout);
+    }
+
+    fn serve(&self, timeout: Duration) {
         match self.source.poll(timeout) {
             Polled::Nothing => {}
             Polled::Record(r) => {
