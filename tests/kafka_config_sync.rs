@@ -32,8 +32,7 @@ fn source_config_changes_reach_the_target_and_target_only_keys_survive_with_batc
 fn config_changes_reach_the_target(mode: CopyMode) {
     let started = Instant::now();
     let topic = mode.named(TOPIC);
-    let pair =
-        SharedPair::get(KAFKA_4).lane_with(topic, 2, &[("retention.ms", "86400000")]);
+    let pair = SharedPair::get(KAFKA_4).lane_with(topic, 2, &[("retention.ms", "86400000")]);
     pair.write(0..200);
     let interval = INTERVAL_MS.to_string();
     let args = [
