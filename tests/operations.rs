@@ -1406,18 +1406,8 @@ fn a_throttled_mirror_keeps_to_its_byte_rate_and_stays_in_its_group() {
     let took = started.elapsed().as_secs_f64();
     let m = scrape(&addr);
     let bytes = sum_over_partitions(&m, "mirror_bytes_consumed_total");
-    // A lower bound only: a slow machine makes the copy slower, never faster.
-    let least = (bytes - RATE as f64) / RATE as f64;
+    let least = assert_kept_to_byte_rate(&m, bytes, RATE, took);
     assert!(least > 5.0, "too few bytes to see the limit: {bytes}");
-    assert!(
-        took >= least * 0.95,
-        "{bytes} bytes in {took:.1} s at {RATE} bytes/s"
-    );
-    assert_eq!(
-        metric(&m, "mirror_throttle_bytes_per_second", ""),
-        Some(RATE as f64),
-        "{m}"
-    );
     // The time the partitions were held paused, from each pause to its resume.
     assert!(
         metric(&m, "mirror_throttled_seconds_total", "").unwrap() > 0.0,

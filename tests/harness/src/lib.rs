@@ -1306,6 +1306,25 @@ pub fn max_delay(addr: &str) -> f64 {
     metric(&scrape(addr), "mirror_replication_delay_max_seconds", "").unwrap_or(f64::NAN)
 }
 
+/// A copy of `bytes` under `--throttle.bytes.per.second` `rate` took `took` seconds: asserts
+/// it took at least as long as the limit allows (the bytes beyond the one-second burst, at
+/// the rate; 5% allowed for the clocks) and that the throttle's limit is served on `/metrics`
+/// (`m`). A lower bound only: a slow machine makes the copy slower, never faster. Returns
+/// that least time.
+pub fn assert_kept_to_byte_rate(m: &str, bytes: f64, rate: u64, took: f64) -> f64 {
+    let least = (bytes - rate as f64) / rate as f64;
+    assert!(
+        took >= least * 0.95,
+        "{bytes} bytes in {took:.1} s at {rate} bytes/s"
+    );
+    assert_eq!(
+        metric(m, "mirror_throttle_bytes_per_second", ""),
+        Some(rate as f64),
+        "{m}"
+    );
+    least
+}
+
 /// The value of the sample `name{labels}` in a Prometheus text exposition, if present.
 /// `labels` is the exact label text, e.g. `topic="orders",partition="0"`, or empty.
 pub fn metric(exposition: &str, name: &str, labels: &str) -> Option<f64> {
