@@ -501,6 +501,15 @@ impl<'s> TxStream<'s> {
     /// and still owns are resumed. Partitions whose start is pending are never touched: the
     /// hand-over resumes them when they are claimed.
     fn throttle_turn(&self) {
+        if self.shared().stats.throttle.get().is_none() {
+            return;
+        }
+        let holding = self.hold.holds(Instant::now());
+        if !holding && self.held.borrow().is_empty() {
+            // Nothing paused (none owned when the hold began, or no hold): no list to make.
+            self.hold.resumed(&self.shared().stats.throttled_micros);
+            return;
+        }
         let consumer = self.source.consumer();
         let owned: Vec<Partition> = self.core.state().parts.iter().map(|p| p.key()).collect();
         let mut held = self.held.borrow_mut();
@@ -510,7 +519,7 @@ impl<'s> TxStream<'s> {
             let names: Vec<String> = list.iter().map(|(t, p)| format!("{t}/{p}")).collect();
             names.join(" ")
         };
-        if self.hold.holds(Instant::now()) {
+        if holding {
             let new: Vec<Partition> = owned.into_iter().filter(|p| !held.contains(p)).collect();
             if new.is_empty() {
                 return;
