@@ -921,3 +921,61 @@ fn a_throttled_exactly_once_mirror_copies_each_record_once_and_stays_in_its_grou
     assert_eq!(totals["duplicated"], 0);
     assert_eq!(totals["source_records"], 600);
 }
+
+/// A transaction that outlives `transaction.timeout.ms` just before its commit: the
+/// transaction coordinator aborts it and bumps the producer's epoch, so the commit is refused
+/// as fenced although no other instance runs. That is no zombie: the stream rejoins as a new
+/// incarnation, which copies on from the last commit, and nothing stops. The mirror holds
+/// itself (failpoint `before-commit`) with the transaction's records and store records
+/// acknowledged and its commit not sent, past the timeout. CI met this once through a 25 s
+/// target blackhole that began just after those flushes: exit 1, "fenced ... when trying to
+/// commit the transaction".
+#[test]
+fn a_transaction_aborted_by_its_coordinator_before_the_commit_is_copied_again_without_a_stop() {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    // The coordinator looks for transactions past their timeout every 500 ms (10 s by default).
+    const QUICK_TIMEOUTS: &[(&str, &str)] = &[(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "500",
+    )];
+    let pair = KafkaPair::with(KAFKA_4, 1, QUICK_TIMEOUTS, TOPIC, 2, &[]);
+    pair.write(0..2000);
+    let trickle = pair.trickle(2000, 50);
+    let mut mirror = exactly_once(&pair, "a")
+        .producer(&[("transaction.timeout.ms", "4000")])
+        // The group keeps the member through the hold: only the transaction times out.
+        .consumer(&[
+            ("session.timeout.ms", "30000"),
+            ("max.poll.interval.ms", "60000"),
+        ])
+        .env(&[("MIRROR_MAKER_STOP_AT", "before-commit")])
+        .start();
+    mirror.wait_for_log("failpoint before-commit:", "the mirror to hold before a commit");
+    // Not a condition: twice the transaction timeout. The log asserted below shows that the
+    // coordinator had aborted the transaction by the time the commit was sent.
+    std::thread::sleep(Duration::from_secs(8));
+    mirror.signal("CONT");
+    mirror.wait_for_log(
+        ".1 initialised in",
+        "the stream to rejoin as a new incarnation",
+    );
+    let written = trickle.stop();
+    let end = pair.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    assert!(
+        log.contains("when trying to commit the transaction")
+            && log.contains("rejoining the group as a new incarnation"),
+        "log:\n{log}"
+    );
+    let totals = verified_exactly_once(&pair);
+    eprintln!(
+        "TRIAL exactly-once transaction aborted by its coordinator kafka 4.4.0: held 8 s \
+         before a commit, transaction.timeout.ms 4000; {written} records, end offsets {end:?}; \
+         verify: {totals}, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(totals["source_records"], written);
+    assert_eq!(totals["duplicated"], 0);
+}

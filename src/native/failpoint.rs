@@ -19,7 +19,11 @@ pub const BEFORE_CLAIM: &str = "before-claim";
 /// them is not yet committed (`mirror::exactly_once::handover`).
 pub const BEFORE_CLAIM_COMMIT: &str = "before-claim-commit";
 
-const POINTS: &[&str] = &[BEFORE_CLAIM, BEFORE_CLAIM_COMMIT];
+/// Exactly once: a stream's open transaction has its records and its offset-mapping records
+/// acknowledged by the target, and is not yet committed (`mirror::exactly_once::transaction`).
+pub const BEFORE_COMMIT: &str = "before-commit";
+
+const POINTS: &[&str] = &[BEFORE_CLAIM, BEFORE_CLAIM_COMMIT, BEFORE_COMMIT];
 
 static ARMED: OnceLock<Option<String>> = OnceLock::new();
 static FIRED: AtomicBool = AtomicBool::new(false);

@@ -18,6 +18,7 @@ use crate::mirror::state::StreamShared;
 use crate::mirror::topics::TopicCreator;
 use crate::plugin::Listener;
 use crate::settings::client::ClientProps;
+use crate::native::failpoint;
 
 use super::delivery::{fenced, is_fenced, SentLog};
 use super::state::{OwnedPartition, TxState};
@@ -154,7 +155,10 @@ impl TxShared {
         released: &[Partition],
     ) -> Result<(), TxFailure> {
         match self.prepare(consumer, released)? {
-            Some(prepared) => self.finish(prepared),
+            Some(prepared) => {
+                failpoint::reached(failpoint::BEFORE_COMMIT);
+                self.finish(prepared)
+            }
             None => Ok(()),
         }
     }
