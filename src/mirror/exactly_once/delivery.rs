@@ -83,15 +83,19 @@ pub(super) fn is_fenced(e: &KafkaError) -> bool {
     )
 }
 
-/// What a fenced stream says as it stops.
+/// Why a stream was fenced. Either the transaction coordinator aborted the open transaction
+/// itself once it outlived `transaction.timeout.ms`, bumping the producer's epoch (the target
+/// was cut off, or the process paused, with no other instance about), or another instance
+/// took this stream's partitions over and fenced its id.
 pub(super) fn fenced(txid: &str, e: &KafkaError, what: &str) -> String {
     format!(
-        "the target fenced transactional id {txid} ({e}) when trying to {what}: another \
+        "the target fenced transactional id {txid} ({e}) when trying to {what}: the \
+         transaction coordinator aborted the open transaction, which outlived \
+         transaction.timeout.ms (the target was cut off or this process paused), or another \
          instance took over this stream's partitions (this one was paused or cut off from the \
          group past session.timeout.ms, or, on the classic group protocol, the group gave them \
-         away without revoking them: see docs/exactly-once.md); stopping. Nothing of the \
-         open transaction is visible to read_committed readers, and the partitions' new owner \
-         copies on from the offset-mapping topic"
+         away without revoking them: see docs/exactly-once.md). Nothing of the open \
+         transaction is visible to read_committed readers"
     )
 }
 
@@ -173,7 +177,7 @@ impl ProducerContext for TxDelivery {
                     m.partition()
                 );
                 *failure = Some(if is_fenced(e) {
-                    TxFailure::Fatal(fenced(
+                    TxFailure::Fenced(fenced(
                         &self.txid,
                         e,
                         &format!("mirror {topic}/{partition} offset {offset}"),
@@ -225,7 +229,9 @@ mod tests {
             assert!(is_fenced(&e), "{code:?}");
             let said = fenced("mirror-a-1-0", &e, "commit the transaction");
             assert!(
-                said.contains("transactional id mirror-a-1-0") && said.contains("stopping"),
+                said.contains("transactional id mirror-a-1-0")
+                    && said.contains("transaction.timeout.ms")
+                    && said.contains("another instance"),
                 "{said}"
             );
         }

@@ -333,11 +333,13 @@ impl TxShared {
                         state.remove(topic, *partition);
                     }
                 }
-                if let Err(TxFailure::Abortable(m) | TxFailure::Fatal(m)) = self.abort_and_rewind(
-                    consumer,
-                    "the claim of newly assigned partitions cannot commit: the source \
+                if let Err(TxFailure::Abortable(m) | TxFailure::Fatal(m) | TxFailure::Fenced(m)) =
+                    self.abort_and_rewind(
+                        consumer,
+                        "the claim of newly assigned partitions cannot commit: the source \
                          group refused the check that this stream still owns them",
-                ) {
+                    )
+                {
                     self.shared
                         .control
                         .fail(format!("stream {}: {m}", self.stream));

@@ -31,8 +31,8 @@
 //! transaction is committed with a release (progress with `txid` null): the next owner has no
 //! one to fence. A partition whose progress names another id was not released cleanly (its
 //! owner crashed, or was cut off from the group and may be a zombie): that owner is fenced,
-//! and if it is still running, its next transactional call fails and it stops (exit 1)
-//! without having committed anything after the fence. A stream whose assignment is lost
+//! and if it is still running, its next transactional call fails, having committed nothing
+//! after the fence, and it rejoins as a new incarnation. A stream whose assignment is lost
 //! writes nothing more with its producer (it may be fenced already), leaves, and rejoins as a
 //! new incarnation with a new transactional id. Transactional ids are unique per run
 //! ([`ExactlyOnce::transactional_id`]), so a restarted instance is never fenced by whoever
@@ -40,9 +40,12 @@
 //!
 //! Failures. A transaction the target aborts or refuses to commit (a record that timed out,
 //! say, during a target outage longer than `transaction.timeout.ms`) is aborted and its
-//! partitions are read again from their last committed progress. A fatal error (fenced, a
-//! record refused for good) aborts what can be aborted and stops the mirror: nothing of the
-//! open transaction becomes visible, and the next owner copies on from the store.
+//! partitions are read again from their last committed progress. A fenced producer (the
+//! coordinator aborted a transaction that outlived its timeout, or another instance took the
+//! partitions over) is retired, and the stream rejoins as a new incarnation, as after a lost
+//! assignment. A fatal error (a record refused for good) aborts what can be aborted and stops the
+//! mirror: nothing of the open transaction becomes visible, and the next owner copies on from the
+//! store.
 
 mod context;
 mod delivery;
@@ -139,8 +142,12 @@ pub enum TransactionError {
 enum TxFailure {
     /// The transaction was aborted or must be: copy again from the last commit.
     Abortable(String),
-    /// The producer cannot go on (fenced, a record refused for good): stop.
+    /// The producer cannot go on (a record refused for good): stop.
     Fatal(String),
+    /// The target fenced this stream's transactional id (see [`delivery::fenced`]): nothing
+    /// of the open transaction is visible. The stream retires its producer and rejoins as a
+    /// new incarnation, which copies on from the store; stopping, it stops.
+    Fenced(String),
 }
 
 /// One exactly-once stream's thread: a stream whose assignment was lost starts again as a new
@@ -371,14 +378,9 @@ impl<'s> TxStream<'s> {
             self.core.producer.poll(Duration::ZERO);
             let failure = self.core.sent_log().failure.take();
             match failure {
-                Some(TxFailure::Abortable(why)) => {
-                    if let Err(TxFailure::Abortable(m) | TxFailure::Fatal(m)) =
-                        self.core.abort_and_rewind(self.source.consumer(), &why)
-                    {
-                        self.shared()
-                            .control
-                            .fail(format!("stream {}: {m}", self.stream));
-                    }
+                // Aborted and rewound, or fenced and retired (the stream rejoins below).
+                Some(f @ (TxFailure::Abortable(_) | TxFailure::Fenced(_))) => {
+                    self.core.failed(self.source.consumer(), f);
                 }
                 Some(TxFailure::Fatal(why)) => {
                     self.shared()
@@ -461,9 +463,8 @@ impl<'s> TxStream<'s> {
         let Some(route) = route(self.settings, shared, record, handler.as_mut()) else {
             return;
         };
-        if let Err(TxFailure::Abortable(m) | TxFailure::Fatal(m)) = self.core.begin() {
-            self.core.state().broken = true;
-            shared.control.fail(format!("stream {}: {m}", self.stream));
+        if let Err(f) = self.core.begin() {
+            self.core.failed(self.source.consumer(), f);
             return;
         }
         let (topic, partition, offset) = (record.topic(), record.partition(), record.offset());

@@ -16,9 +16,9 @@ use crate::mirror::mapping::{Progress, Recorder, StoreRecord};
 use crate::mirror::source::seek_failures;
 use crate::mirror::state::StreamShared;
 use crate::mirror::topics::TopicCreator;
+use crate::native::failpoint;
 use crate::plugin::Listener;
 use crate::settings::client::ClientProps;
-use crate::native::failpoint;
 
 use super::delivery::{fenced, is_fenced, SentLog};
 use super::state::{OwnedPartition, TxState};
@@ -123,7 +123,7 @@ impl TxShared {
             _ => (false, true),
         };
         if is_fenced(e) {
-            TxFailure::Fatal(fenced(&self.txid, e, what))
+            TxFailure::Fenced(fenced(&self.txid, e, what))
         } else if fatal || !abortable {
             TxFailure::Fatal(format!(
                 "transactional id {}: cannot {what}: {e}; stopping. Nothing of the open \
@@ -383,26 +383,7 @@ impl TxShared {
                 Err(e) => e,
             };
             if is_fenced(&e) && !self.shared.control.stop_requested() {
-                // Fenced while aborting: the transaction coordinator aborted the transaction
-                // itself once it outlived transaction.timeout.ms (the target was cut off) and
-                // bumped the producer's epoch, or a next owner fenced this id. Either way this
-                // producer is done with and nothing of the transaction is visible: the stream
-                // retires it, leaves and rejoins as a new incarnation, which reads the store
-                // and copies on from the last commit, as after a lost assignment.
-                tracing::warn!(
-                    stream = self.stream,
-                    "transactional id {} was fenced while aborting ({e}): the transaction \
-                     coordinator aborted the transaction (it outlived transaction.timeout.ms) \
-                     or another instance took the partitions over; rejoining as a new \
-                     incarnation, which copies on from the last commit",
-                    self.txid
-                );
-                self.producer
-                    .context()
-                    .retired
-                    .store(true, Ordering::SeqCst);
-                self.state().broken = true;
-                self.lost.store(true, Ordering::SeqCst);
+                self.retire_fenced(&fenced(&self.txid, &e, "abort the transaction"));
                 return Ok(());
             }
             let retriable = matches!(&e, KafkaError::Transaction(r) if r.is_retriable());
@@ -426,6 +407,26 @@ impl TxShared {
         }
     }
 
+    /// The target fenced this stream's transactional id (`why`): this producer is done with
+    /// and nothing of its open transaction is visible. The stream retires it, leaves and
+    /// rejoins as a new incarnation, which reads the store and copies on from the last
+    /// commit, as after a lost assignment (the caller's loop sees `lost`). A commit refused
+    /// as fenced may still have reached the coordinator before the fence: the store tells
+    /// the next incarnation whether it did.
+    fn retire_fenced(&self, why: &str) {
+        tracing::warn!(
+            stream = self.stream,
+            "{why}; rejoining the group as a new incarnation, which copies on from the last \
+             commit"
+        );
+        self.producer
+            .context()
+            .retired
+            .store(true, Ordering::SeqCst);
+        self.state().broken = true;
+        self.lost.store(true, Ordering::SeqCst);
+    }
+
     /// Commits, or on an abortable failure aborts and rewinds; a fatal failure stops the
     /// mirror. Returns whether the transaction committed.
     pub(super) fn commit_or_abort<C: ConsumerContext>(
@@ -439,8 +440,10 @@ impl TxShared {
         }
     }
 
-    /// After a failed commit: an abortable failure aborts and rewinds; a fatal one (or a
-    /// failed abort) stops the mirror. Returns false (the transaction did not commit).
+    /// After a failed commit: an abortable failure aborts and rewinds; a fenced producer is
+    /// retired and the stream rejoins (unless a stop is requested); a fatal one (or a failed
+    /// abort) stops the mirror. Returns false (the transaction did not commit, or its outcome
+    /// is the store's to say).
     pub(super) fn failed<C: ConsumerContext>(
         &self,
         consumer: &BaseConsumer<C>,
@@ -451,6 +454,10 @@ impl TxShared {
                 Ok(()) => return false,
                 Err(f) => f,
             },
+            TxFailure::Fenced(why) if !self.shared.control.stop_requested() => {
+                self.retire_fenced(&why);
+                return false;
+            }
             fatal => {
                 if self.state().open.is_some() {
                     // Fenced producers cannot abort; the coordinator has aborted for them.
@@ -459,7 +466,13 @@ impl TxShared {
                 fatal
             }
         };
-        let (TxFailure::Abortable(m) | TxFailure::Fatal(m)) = failure;
+        let m = match failure {
+            TxFailure::Abortable(m) | TxFailure::Fatal(m) => m,
+            TxFailure::Fenced(m) => format!(
+                "{m}; stopping, and the partitions' next owner copies on from the offset-mapping \
+                 topic"
+            ),
+        };
         self.state().broken = true;
         self.shared
             .control
