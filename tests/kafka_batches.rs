@@ -362,7 +362,13 @@ fn a_clean_hand_over_between_batch_instances_loses_nothing_and_keeps_order() {
     });
     let started = Instant::now();
     let mut second = instance.start();
-    second.wait_for_log("assigned", "the second instance to get partitions");
+    // Cooperative rebalancing first hands the newcomer nothing ("assigned 0 partitions"):
+    // wait until it owns some, so that both copy before the first one goes.
+    second.wait_for("the second instance to own partitions", |m| {
+        m.log()
+            .lines()
+            .any(|l| l.contains("(batch engine): ") && !l.contains("assigned 0 partitions"))
+    });
     let before = lane.committed();
     first.wait_for("the group to commit with both instances in it", |_| {
         lane.committed() != before

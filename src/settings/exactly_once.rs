@@ -186,8 +186,10 @@ pub fn warnings(consumer: &ClientProps, producer: &ClientProps) -> Vec<String> {
         warnings.push(
             "exactly once on the classic group protocol: in our rebalance-storm trials \
              librdkafka's cooperative-sticky assignor sometimes gave a live instance's \
-             partitions to another without revoking them first; that instance is then fenced \
-             and stops with exit 1 (nothing is lost or duplicated). On Kafka 4.0 or later set \
+             partitions to another without revoking them first; that instance is then fenced, \
+             and its stream rejoins the group under a new transactional id (nothing is lost or \
+             duplicated, the partitions it copied restart from their last commit and the \
+             group rebalances again). On Kafka 4.0 or later set \
              group.protocol = \"consumer\" in the consumer config (KIP-848: the broker assigns)"
                 .to_owned(),
         );
