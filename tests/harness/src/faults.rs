@@ -36,7 +36,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::kafka::{end_offsets, Front, KafkaCluster, KafkaVersion};
-use super::{wait_committed, Endpoints, Mirror, GROUP};
+use super::{free_port, wait_committed, Endpoints, Mirror, GROUP};
 
 /// The faults in force, switched by the test.
 #[derive(Debug, Clone, Default)]
@@ -446,14 +446,6 @@ fn write_side(shared: &Shared, conn: &Conn, direction: usize, rx: &mpsc::Receive
         }
         shared.forwarded[direction].fetch_add(data.len() as u64, Ordering::Relaxed);
     }
-}
-
-/// A loopback port that was free a moment ago.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// A cluster of one broker with a [`FaultProxy`] in front of its `FRONTED` listener.

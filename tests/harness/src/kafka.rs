@@ -7,7 +7,7 @@
 //! folder (configs and broker logs) and prints where it is.
 
 use std::io::{BufRead, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -18,7 +18,7 @@ use rdkafka::admin::{AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 
-use super::{admin, block_on, wait_committed_by, Endpoints, Mirror, GROUP};
+use super::{admin, block_on, free_port, wait_committed_by, Endpoints, Mirror, GROUP};
 
 /// A pinned Apache Kafka version (a pom `kafka/pom-VERSION.xml` exists for each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,13 +96,6 @@ pub struct KafkaCluster {
 pub struct Front {
     pub listen: u16,
     pub advertise: u16,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// A random Kafka cluster id: 16 bytes, base64url without padding (22 characters), not

@@ -702,10 +702,7 @@ pub fn tansu_binary() -> PathBuf {
 
 impl Tansu {
     pub fn start(name: &str) -> Tansu {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = free_port();
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new(tansu_binary())
             .args([
@@ -1218,8 +1215,39 @@ impl Trickle {
 
 /// A loopback address with a port that was free a moment ago.
 pub fn free_local_addr() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").to_string()
+    format!("127.0.0.1:{}", free_port())
+}
+
+/// A loopback port that was free a moment ago, for a listener that a process the test starts
+/// binds later (a Kafka node, tansu, the mirror's metrics). It is taken below the kernel's
+/// ephemeral range (`net.ipv4.ip_local_port_range`): a port that `bind(0)` gives is one that
+/// an outgoing connection may get as its source port before the listener binds it, and a
+/// Kafka node of a CI run failed to start so ("Address already in use"). A test process hands
+/// each port out once, from a start that differs between processes.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    static START: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let span = low.saturating_sub(1024).clamp(1, 10_000);
+    let first = low - span;
+    let start = *START.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        std::process::id().wrapping_mul(2_654_435_761) ^ nanos
+    });
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (first + start.wrapping_add(n) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {first}..{low}");
 }
 
 /// `GET path` over HTTP/1.0: the status code and the body (status 0 if nothing answers).
