@@ -18,6 +18,7 @@
 //! it back, and since when it has been held (`mirror_throttled_seconds_total`).
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -192,17 +193,14 @@ impl Hold {
     /// The stream takes data again (its first record or fetch after a hold, or its
     /// partitions resumed): the time since the hold began is added to `throttled`, once.
     /// Nothing while it is still held.
-    pub(crate) fn resumed(&self, throttled: &std::sync::atomic::AtomicU64) {
+    pub(crate) fn resumed(&self, throttled: &AtomicU64) {
         if self.until.get().is_some() {
             return;
         }
         if let Some(since) = self.since.take() {
             // A counter of `mirror::state`'s, added to here without importing that module
             // (it holds the throttle: an import back would be a circle).
-            throttled.fetch_add(
-                since.elapsed().as_micros() as u64,
-                std::sync::atomic::Ordering::Relaxed,
-            );
+            throttled.fetch_add(since.elapsed().as_micros() as u64, Ordering::Relaxed);
         }
     }
 }
@@ -231,23 +229,19 @@ mod tests {
         let now = Instant::now();
         assert!(hold.holds(now));
         assert!(hold.poll_wait(Duration::from_secs(5)) <= Duration::from_millis(500));
-        let throttled = std::sync::atomic::AtomicU64::new(0);
+        let throttled = AtomicU64::new(0);
         hold.resumed(&throttled);
         assert_eq!(
-            throttled.load(std::sync::atomic::Ordering::Relaxed),
+            throttled.load(Ordering::Relaxed),
             0,
             "still held: nothing counted yet"
         );
         assert!(!hold.holds(now + Duration::from_secs(1)));
         hold.resumed(&throttled);
-        let counted = throttled.load(std::sync::atomic::Ordering::Relaxed);
+        let counted = throttled.load(Ordering::Relaxed);
         assert!(counted > 0);
         hold.resumed(&throttled);
-        assert_eq!(
-            throttled.load(std::sync::atomic::Ordering::Relaxed),
-            counted,
-            "counted once"
-        );
+        assert_eq!(throttled.load(Ordering::Relaxed), counted, "counted once");
     }
 
     #[test]

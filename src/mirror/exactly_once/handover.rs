@@ -454,15 +454,11 @@ impl TxShared {
                 // written with it: the stream aborts, leaves, and rejoins as a new
                 // incarnation with a transactional id of its own, which reads the store and
                 // fences whoever it names, this id included, like any new owner.
-                self.producer
-                    .context()
-                    .retired
-                    .store(true, Ordering::SeqCst);
-                if self.state().open.is_some() {
+                let open = self.state().open.is_some();
+                self.retire();
+                if open {
                     let _ = self.producer.abort_transaction(self.timeout);
                 }
-                self.state().broken = true;
-                self.lost.store(true, Ordering::SeqCst);
                 tracing::warn!(
                     stream,
                     "the group took back {} from this stream (assignment lost: its session \

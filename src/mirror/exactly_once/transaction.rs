@@ -419,6 +419,13 @@ impl TxShared {
             "{why}; rejoining the group as a new incarnation, which copies on from the last \
              commit"
         );
+        self.retire();
+    }
+
+    /// This producer is done with (fenced, or the assignment lost): its errors no longer
+    /// stop the mirror, nothing more is written with it, and the caller's loop sees `lost`
+    /// and rejoins as a new incarnation.
+    pub(super) fn retire(&self) {
         self.producer
             .context()
             .retired
