@@ -705,12 +705,52 @@ fn a_target_topic_deleted_while_the_record_engine_runs_is_created_again() {
     target_topic_deleted_while_running(CopyMode::Records, "recreated-records");
 }
 
-/// The same with the batch engine.
+/// The same with the batch engine: its batches retried on a topic the target's Metadata says
+/// does not exist, it makes the topic again and sends them to it in order.
 #[test]
-#[ignore = "not done: the batch engine retries UNKNOWN_TOPIC_OR_PARTITION for ever and does \
-            not make the target topic again (committed 500 of 1000 after 90 s)"]
 fn a_target_topic_deleted_while_the_batch_engine_runs_is_created_again() {
     target_topic_deleted_while_running(CopyMode::Batches, "recreated");
+}
+
+/// Without `--create.topics`, a target topic deleted while the batch engine runs is a send
+/// failure once it has been missing for `topic.metadata.propagation.max.ms` (as librdkafka's
+/// producer waits): in abort mode the mirror stops, exit 1, naming the topic and what to do,
+/// its commit at the first batch not acknowledged.
+#[test]
+fn a_target_topic_deleted_while_the_batch_engine_runs_without_create_topics_stops_it() {
+    let started = Instant::now();
+    let topic = "deleted-not-made";
+    let pair = SharedPair::get(KAFKA_4);
+    let lane = pair.lane(topic, PARTITIONS);
+    pair.target.create_topic(topic, PARTITIONS, 1, &[]);
+    let p = producer(&lane.src(), &[("linger.ms", "20")]);
+    write(&p, topic, 0..500);
+    let mut mirror = lane
+        .mirror()
+        .copy_mode(CopyMode::Batches)
+        .flag("--create.topics", "false")
+        .producer(&[("topic.metadata.propagation.max.ms", "3000")])
+        .commit_ms(300)
+        .start();
+    let acknowledged = lane.wait_caught_up(&mut mirror);
+    pair.target.delete_topic(topic);
+    write(&p, topic, 500..1000);
+    let status = mirror.wait(Duration::from_secs(60));
+    let log = mirror.log();
+    let committed = lane.committed();
+    eprintln!(
+        "TRIAL batches target-topic-deleted-not-made kafka 4.4.0: exit {:?}, committed \
+         {committed:?} (caught up at {acknowledged:?} before the deletion), {:.0} s",
+        status.code(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    assert!(
+        log.contains(&format!("target topic {topic} does not exist"))
+            && log.contains("--create.topics"),
+        "the failure names the topic and the flag; log:\n{log}"
+    );
+    assert_eq!(committed, acknowledged, "log:\n{log}");
 }
 
 fn target_topic_deleted_while_running(mode: CopyMode, topic: &'static str) {

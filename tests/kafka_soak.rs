@@ -8,7 +8,7 @@
 //! SIGTERM that does not end in exit 0.
 //!
 //! Settings from the environment: `SOAK_MINUTES` (default 60), `SOAK_EXACTLY_ONCE=1`,
-//! `SOAK_SEED` (default: from the clock; printed, so a run can be repeated in its order of
+//! `SOAK_COPY_MODE` (`records`, the default, or `batches`), `SOAK_SEED` (default: from the clock; printed, so a run can be repeated in its order of
 //! events; the timing of each still varies).
 
 use std::collections::BTreeMap;
@@ -205,10 +205,15 @@ fn soak_through_kills_bounces_broker_restarts_and_network_faults() {
                 .as_nanos() as u64
         })
         | 1;
-    let mode = if exactly_once {
-        "exactly once"
-    } else {
-        "at least once"
+    let copy_mode = match std::env::var("SOAK_COPY_MODE").as_deref() {
+        Ok("batches") => CopyMode::Batches,
+        Ok("records") | Err(_) => CopyMode::Records,
+        Ok(other) => panic!("SOAK_COPY_MODE: records or batches, not {other}"),
+    };
+    let mode = match (exactly_once, copy_mode) {
+        (true, _) => "exactly once",
+        (false, CopyMode::Records) => "at least once",
+        (false, CopyMode::Batches) => "at least once, batches",
     };
     announce(&format!(
         "SOAK {mode}: {minutes} min, SOAK_SEED={seed}, Kafka 4.4.0"
@@ -234,7 +239,8 @@ fn soak_through_kills_bounces_broker_restarts_and_network_faults() {
     );
     let mut builder = Mirror::with_configs(&consumer, &producer)
         .whitelist(TOPIC)
-        .commit_ms(300);
+        .commit_ms(300)
+        .copy_mode(copy_mode);
     if exactly_once {
         builder = builder.exactly_once("soak");
     }

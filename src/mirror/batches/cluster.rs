@@ -47,6 +47,9 @@ pub(crate) struct Cluster {
     brokers: HashMap<i32, String>,
     connections: HashMap<i32, Connection>,
     leaders: HashMap<(String, i32), (i32, i32)>,
+    /// Topics the latest Metadata answer said do not exist (UNKNOWN_TOPIC_OR_PARTITION), and
+    /// since when: a target topic deleted while running.
+    missing_since: HashMap<String, Instant>,
 }
 
 impl Cluster {
@@ -89,6 +92,7 @@ impl Cluster {
             brokers: HashMap::new(),
             connections: HashMap::new(),
             leaders: HashMap::new(),
+            missing_since: HashMap::new(),
         })
     }
 
@@ -153,8 +157,12 @@ impl Cluster {
                         error_name(t.error_code)
                     );
                     self.leaders.retain(|(topic, _), _| *topic != name);
+                    if t.error_code == UNKNOWN_TOPIC_OR_PARTITION {
+                        self.missing_since.entry(name).or_insert_with(Instant::now);
+                    }
                     continue;
                 }
+                self.missing_since.remove(&name);
                 for p in &t.partitions {
                     let key = (name.clone(), p.partition_index);
                     if p.error_code == 0 && p.leader_id.0 >= 0 {
@@ -171,6 +179,12 @@ impl Cluster {
             tried: candidates.join(","),
             last,
         })
+    }
+
+    /// Since when Metadata has said `topic` does not exist (`None`: it was found, or never
+    /// asked for).
+    pub(crate) fn missing_since(&self, topic: &str) -> Option<Instant> {
+        self.missing_since.get(topic).copied()
     }
 
     /// How long one request may take (`request.timeout.ms`).
@@ -243,6 +257,9 @@ impl Cluster {
 fn strip_scheme(address: &str) -> &str {
     address.split_once("://").map_or(address, |(_, rest)| rest)
 }
+
+/// Kafka's error code for a topic or partition the broker does not have.
+pub(crate) const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 /// Whether a partition error means the leader moved (refresh the metadata and try again).
 pub(crate) fn leader_moved(code: i16) -> bool {

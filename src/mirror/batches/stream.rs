@@ -29,7 +29,7 @@
 //! oldest source offset not yet acknowledged by the target (the batch in flight, else the
 //! first one readied, else the fetch position).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -40,6 +40,7 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::topic_partition_list::TopicPartitionList;
 
 use super::batch::{prepare, prepare_before, split, BatchError, OutBatch};
+use super::cluster::UNKNOWN_TOPIC_OR_PARTITION;
 use super::fetcher::{AbortedFilter, Fetched, Fetcher};
 use super::producer::{BatchProducer, Outcome, RoundItem};
 use crate::mirror::clients::{self, Cluster};
@@ -88,6 +89,9 @@ const IDLE_POLL: Duration = Duration::from_millis(10);
 /// How often the replication delay and lag are observed when the consumer config names no
 /// `statistics.interval.ms` (the record engine observes them at each statistics).
 const DEFAULT_OBSERVE_INTERVAL: Duration = Duration::from_secs(1);
+/// How soon a target topic made again while running may be made again, while its metadata
+/// propagates.
+const TARGET_REMAKE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A batch ready to go, and the sequence it was stamped with.
 struct Queued {
@@ -411,6 +415,11 @@ pub(crate) struct BatchStream<'s> {
     /// When the replication delay and the lag are observed next, and how often.
     next_observation: Cell<Instant>,
     observe_interval: Duration,
+    /// When each target topic found missing while running was last made again.
+    targets_made: RefCell<HashMap<String, Instant>>,
+    /// How long a target topic may be missing before its batches fail, without
+    /// `--create.topics`: the producer's `topic.metadata.propagation.max.ms`.
+    propagation_limit: Duration,
 }
 
 impl<'s> BatchStream<'s> {
@@ -503,6 +512,8 @@ impl<'s> BatchStream<'s> {
                 .and_then(|v| v.parse::<u64>().ok())
                 .filter(|ms| *ms > 0)
                 .map_or(DEFAULT_OBSERVE_INTERVAL, Duration::from_millis),
+            targets_made: RefCell::default(),
+            propagation_limit: crate::mirror::metadata::propagation_limit(&settings.producer),
         })
     }
 
@@ -960,8 +971,19 @@ impl<'s> BatchStream<'s> {
         let outcomes = engine.producer.send_round(&items);
         drop(items);
         let mut retries = 0;
+        // Partitions retried because their target topic is gone, by target topic.
+        let mut missing: Vec<(String, Instant, Vec<Partition>)> = Vec::new();
         for (key, outcome) in keys.iter().zip(outcomes) {
             let part = engine.parts.get_mut(key).expect("kept during the round");
+            if let (Outcome::Retry { .. }, Some(since)) = (
+                &outcome,
+                engine.producer.cluster.missing_since(&part.target_topic),
+            ) {
+                match missing.iter_mut().find(|(t, ..)| *t == part.target_topic) {
+                    Some((_, _, keys)) => keys.push(key.clone()),
+                    None => missing.push((part.target_topic.clone(), since, vec![key.clone()])),
+                }
+            }
             match outcome {
                 Outcome::Acked { base_offset } => {
                     let (q, ticket) = part.in_flight.take().expect("sent");
@@ -996,11 +1018,91 @@ impl<'s> BatchStream<'s> {
                 }
             }
         }
+        for (target_topic, since, keys) in missing {
+            if !self.target_missing(engine, &target_topic, since, &keys) {
+                return false;
+            }
+        }
         self.shared
             .target_up
             .store(retries < keys.len(), Ordering::Relaxed);
         if retries == keys.len() {
             std::thread::sleep(RETRY_BACKOFF);
+        }
+        true
+    }
+
+    /// A target topic the target's Metadata says does not exist (deleted while running), its
+    /// partitions' batches retried: with `--create.topics`, made again as on assignment (with
+    /// the source's partitions and configs), and the batches in flight go to it in order, as
+    /// nothing after them was sent (at most once a second per topic, while its metadata
+    /// propagates). Without it, once the topic has been missing for
+    /// `topic.metadata.propagation.max.ms` (as librdkafka's producer waits), each batch is a
+    /// send failure. Returns `false` when the stream stops at one (abort mode).
+    fn target_missing(
+        &self,
+        engine: &mut Engine,
+        target_topic: &str,
+        since: Instant,
+        keys: &[Partition],
+    ) -> bool {
+        let context = self.context();
+        let Some(creator) = &context.topics else {
+            if since.elapsed() < self.propagation_limit {
+                return true;
+            }
+            let message = format!(
+                "target topic {target_topic} does not exist (the target's Metadata has said so \
+                 for {:.0?}: deleted while running?); make it again with at least the source's \
+                 partitions, or let the mirror make it (--create.topics), and restart",
+                since.elapsed()
+            );
+            for key in keys {
+                let part = engine.parts.get_mut(key).expect("kept during the round");
+                let Some((q, ticket)) = part.in_flight.take() else {
+                    continue;
+                };
+                let code = super::wire::error_name(UNKNOWN_TOPIC_OR_PARTITION);
+                self.refused(key, target_topic, &q.out, ticket, &code, &message);
+                if self.settings.options.abort_on_send_failure {
+                    part.queue.clear();
+                    return false;
+                }
+                self.settle(key, part);
+            }
+            return true;
+        };
+        {
+            let mut made = self.targets_made.borrow_mut();
+            if made
+                .get(target_topic)
+                .is_some_and(|at| at.elapsed() < TARGET_REMAKE_INTERVAL)
+            {
+                return true;
+            }
+            made.insert(target_topic.to_owned(), Instant::now());
+        }
+        let from: Vec<String> = keys
+            .iter()
+            .filter_map(|key| {
+                let (q, _) = engine.parts.get(key)?.in_flight.as_ref()?;
+                Some(format!(
+                    "{}/{} again from offset {}",
+                    key.0, key.1, q.out.first_source_offset
+                ))
+            })
+            .collect();
+        tracing::warn!(
+            stream = self.stream,
+            "target topic {target_topic} is missing (deleted while running?; a record sent to it \
+             failed with {}): creating it again (--create.topics), then mirroring {}",
+            super::wire::error_name(UNKNOWN_TOPIC_OR_PARTITION),
+            from.join(", ")
+        );
+        creator.forget(target_topic);
+        make_target_topics(creator, keys, &self.shared, context.topic_retry_limit);
+        if let Err(e) = engine.producer.cluster.refresh(&[target_topic]) {
+            tracing::debug!("target metadata: {e}");
         }
         true
     }
