@@ -413,6 +413,19 @@ fn exactly_once_through_a_source_blackhole_longer_than_the_session_copies_each_r
 #[ignore = "the session outlives the fault: a milder case of the one above (about 50 s). \
             cargo test --test kafka_faults -- --ignored --test-threads 1 within_the_session"]
 fn a_source_blackhole_within_the_session_keeps_the_partitions() {
+    source_blackhole_within_the_session(CopyMode::Records);
+}
+
+/// The same with the batch engine (its fetches read the producer's `request.timeout.ms`, set
+/// to 5 s as in the past-the-session twin).
+#[test]
+#[ignore = "the session outlives the fault: a milder case of the one above (about 50 s). \
+            cargo test --test kafka_faults -- --ignored --test-threads 1 within_the_session"]
+fn a_source_blackhole_within_the_session_keeps_the_partitions_with_batches() {
+    source_blackhole_within_the_session(CopyMode::Batches);
+}
+
+fn source_blackhole_within_the_session(mode: CopyMode) {
     let _serial = one_at_a_time();
     let started = Instant::now();
     let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
@@ -421,17 +434,20 @@ fn a_source_blackhole_within_the_session_keeps_the_partitions() {
         &pair,
         &pair.source_link,
         span,
-        CopyMode::Records,
+        mode,
         &[
             ("socket.timeout.ms", "5000"),
             ("session.timeout.ms", "20000"),
             ("max.poll.interval.ms", "30000"),
         ],
-        &[],
+        match mode {
+            CopyMode::Records => &[],
+            CopyMode::Batches => &[("request.timeout.ms", "5000")],
+        },
         ARGS,
     );
     eprintln!(
-        "TRIAL source-blackhole-within-session kafka 4.4.0: {} s blackhole, session 20 s, \
+        "TRIAL {mode:?} source-blackhole-within-session kafka 4.4.0: {} s blackhole, session 20 s, \
          commits held at {}, resumed {:.1} s after the heal; {written} records: {}, {:.0} s",
         span.as_secs(),
         held.at_end,
@@ -727,12 +743,25 @@ fn exactly_once_through_connection_resets_to_the_source_copies_each_record_once(
 #[ignore = "a slow link without a failure: covered by the blackhole and reset trials' paths \
             (about 45 s). cargo test --test kafka_faults -- --ignored --test-threads 1 latency"]
 fn latency_jitter_and_loss_towards_the_target_lose_nothing() {
+    latency_jitter_and_loss(CopyMode::Records);
+}
+
+/// The same with the batch engine: one batch in flight per partition, so every round trip
+/// of the slow link is one batch per partition.
+#[test]
+#[ignore = "a slow link without a failure: covered by the blackhole and reset trials' paths \
+            (about 45 s). cargo test --test kafka_faults -- --ignored --test-threads 1 latency"]
+fn latency_jitter_and_loss_towards_the_target_lose_nothing_with_batches() {
+    latency_jitter_and_loss(CopyMode::Batches);
+}
+
+fn latency_jitter_and_loss(mode: CopyMode) {
     let _serial = one_at_a_time();
     let started = Instant::now();
     let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
     pair.write(0..3000);
     let trickle = pair.trickle(3000, 10);
-    let mut mirror = pair.mirror().args(ARGS).start();
+    let mut mirror = pair.mirror().copy_mode(mode).args(ARGS).start();
     wait_commits_past(&pair, &mut mirror, 3000, Duration::from_secs(60));
     pair.target_link
         .latency(Duration::from_millis(100), Duration::from_millis(50));
@@ -748,7 +777,7 @@ fn latency_jitter_and_loss_towards_the_target_lose_nothing() {
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     let c = compare_each(&pair);
     eprintln!(
-        "TRIAL latency kafka 4.4.0: 100 ms + 0-50 ms each way and 2 % loss to the target for \
+        "TRIAL {mode:?} latency kafka 4.4.0: 100 ms + 0-50 ms each way and 2 % loss to the target for \
          20 s, {during} offsets committed meanwhile; {written} records: {}, {:.0} s",
         c.summary(),
         started.elapsed().as_secs_f64()
@@ -766,17 +795,33 @@ fn latency_jitter_and_loss_towards_the_target_lose_nothing() {
 /// (a mirror that read the backlog into memory would exceed it).
 #[test]
 #[ignore = "backpressure is also proven on the mock (trials::memory_stays_bounded_*); \
-            about 60 s. cargo test --test kafka_faults -- --ignored --test-threads 1 bandwidth"]
+            about 60 s. cargo test --test kafka_faults -- --ignored --test-threads 1 thin_link"]
 fn a_thin_link_to_the_target_holds_the_mirror_back_in_bounded_memory() {
+    thin_link_to_the_target(CopyMode::Records);
+}
+
+/// The same with the batch engine, whose bound is its own: a partition is fetched only while
+/// at most one batch of it waits beside the one in flight, so it holds about two batches and
+/// one fetch response per partition (`max.partition.fetch.bytes`, 1 MiB), whatever the backlog.
+#[test]
+#[ignore = "backpressure is also proven on the mock (trials::memory_stays_bounded_*); \
+            about 60 s. cargo test --test kafka_faults -- --ignored --test-threads 1 thin_link"]
+fn a_thin_link_to_the_target_holds_the_mirror_back_in_bounded_memory_with_batches() {
+    thin_link_to_the_target(CopyMode::Batches);
+}
+
+fn thin_link_to_the_target(mode: CopyMode) {
     let _serial = one_at_a_time();
     const RECORDS: u64 = 40_000;
     const RATE: u64 = 256 * 1024;
     let started = Instant::now();
     let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
     write_samples(&pair.src(), TOPIC, 0..1000, PARTITIONS, 1000).expect("writing samples");
-    let mut mirror = pair
-        .mirror()
-        .consumer(&[])
+    // A poll interval of a minute, as a deployment has it (Kafka's default is five): the
+    // batch engine's rounds may then wait 12 s for their answers (a fifth of it), time for
+    // 3 MiB through the cap, less than a round of one batch a partition of this backlog.
+    let mut mirror = logged(pair.mirror().copy_mode(mode), mode)
+        .consumer(&[("max.poll.interval.ms", "60000")])
         .producer(&[("queue.buffering.max.messages", "4000")])
         .args(ARGS)
         .start();
@@ -804,11 +849,12 @@ fn a_thin_link_to_the_target_holds_the_mirror_back_in_bounded_memory() {
     let end = pair.wait_caught_up(&mut mirror);
     assert_eq!(end.iter().sum::<i64>() as u64, RECORDS);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let sent_again = batches_sent_again(&mirror.log());
     let c = compare_each(&pair);
     eprintln!(
-        "TRIAL thin-link kafka 4.4.0: target capped at {} kB/s for 20 s with a 40 MB backlog: \
+        "TRIAL {mode:?} thin-link kafka 4.4.0: target capped at {} kB/s for 20 s with a 40 MB backlog: \
          {during} offsets committed meanwhile; RSS {} MiB before, peak {} MiB during (sampled \
-         max {} MiB); {RECORDS} records: {}, {:.0} s",
+         max {} MiB); {sent_again} batches sent again; {RECORDS} records: {}, {:.0} s",
         RATE / 1024,
         rss_before / 1024,
         peak / 1024,
@@ -816,7 +862,13 @@ fn a_thin_link_to_the_target_holds_the_mirror_back_in_bounded_memory() {
         c.summary(),
         started.elapsed().as_secs_f64()
     );
-    assert!(during > 0, "nothing committed through the thin link");
+    // Held back, not stalled: at least a quarter of what the cap lets through in 20 s (1 kB
+    // values) is committed meanwhile.
+    assert!(
+        during as u64 * 1000 >= RATE * 20 / 4,
+        "{during} records committed in 20 s through a link of {} kB/s: the copy stalled",
+        RATE / 1024
+    );
     assert!(
         (during as u64) < RECORDS - 1000,
         "the whole backlog went through: the cap did not hold it back"
@@ -826,6 +878,81 @@ fn a_thin_link_to_the_target_holds_the_mirror_back_in_bounded_memory() {
         "peak RSS {peak} KiB, {rss_before} KiB before the cap: memory follows the backlog"
     );
     assert_eq!((c.source, c.lost, c.changed), (RECORDS, 0, 0), "{c:?}");
+}
+
+/// A link to the target that carries one source batch (about 1 MB) within the batch
+/// engine's answer wait (2 s here: a fifth of the harness's 10 s `max.poll.interval.ms`), but
+/// not a round of one batch for each of the 4 partitions: capped at 1 MiB/s for 20 s, with a
+/// backlog of full 1 MB source batches. Rounds that outgrow the link must shrink to what it
+/// carries in time; before they did, every round timed out and was sent again whole, and the
+/// copy stalled until the link healed. At least a quarter of what the cap lets through is
+/// committed meanwhile, then everything is copied, once, in order.
+#[test]
+fn rounds_larger_than_the_link_carries_in_a_request_wait_are_cut_down_with_batches() {
+    let _serial = one_at_a_time();
+    const RATE: u64 = 1024 * 1024;
+    const BATCHES_A_PARTITION: u64 = 8;
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let mut mirror = logged(
+        pair.mirror().copy_mode(CopyMode::Batches),
+        CopyMode::Batches,
+    )
+    .args(ARGS)
+    .start();
+    // Full source batches: 1,000 records of 1 kB a partition each, written at once.
+    let writer: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", pair.src())
+        .set("linger.ms", "1000")
+        .set("batch.size", "1000000")
+        .set("log_level", "3")
+        .create()
+        .expect("a writer");
+    let value = vec![b'v'; 1000];
+    let write = |from: u64, to: u64| {
+        for i in from..to {
+            let key = i.to_string();
+            let record = rdkafka::producer::BaseRecord::to(TOPIC)
+                .partition((i % PARTITIONS as u64) as i32)
+                .key(&key)
+                .payload(&value[..]);
+            writer.send(record).expect("queued");
+            writer.poll(Duration::ZERO);
+        }
+        rdkafka::producer::Producer::flush(&writer, Duration::from_secs(60)).expect("written");
+    };
+    write(0, 4000);
+    wait_commits_past(&pair, &mut mirror, 3999, Duration::from_secs(60));
+    pair.target_link.bandwidth(RATE);
+    let records = 4000 + BATCHES_A_PARTITION * 1000 * PARTITIONS as u64;
+    write(4000, records);
+    let before = committed_total(&pair.src(), TOPIC, PARTITIONS);
+    std::thread::sleep(Duration::from_secs(20));
+    let during = committed_total(&pair.src(), TOPIC, PARTITIONS) - before;
+    assert!(mirror.is_running(), "log:\n{}", mirror.log());
+    pair.target_link.heal();
+    let end = pair.wait_caught_up(&mut mirror);
+    assert_eq!(end.iter().sum::<i64>() as u64, records);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    let cut = log.matches("its next rounds carry at most").count();
+    let c = compare_each(&pair);
+    eprintln!(
+        "TRIAL batches round-budget kafka 4.4.0: target capped at {} KiB/s for 20 s, full 1 MB \
+         source batches on {PARTITIONS} partitions: {during} offsets committed meanwhile, \
+         {} batches sent again, rounds cut {cut} times; {records} records: {}, {:.0} s",
+        RATE / 1024,
+        batches_sent_again(&log),
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        during as u64 * 1000 >= RATE * 20 / 4,
+        "{during} records committed in 20 s through a link of {} KiB/s: the copy stalled",
+        RATE / 1024
+    );
+    assert_eq!((c.source, c.lost, c.changed), (records, 0, 0), "{c:?}");
+    assert!(c.in_order, "{c:?}");
 }
 
 /// Where a partition's copy on the target leaves its source's order: each pair of

@@ -46,6 +46,9 @@ pub(crate) enum Outcome {
     Retry { reason: String },
     /// Refused for good: a send failure.
     Refused { code: String, message: String },
+    /// Not sent this round: its broker's round was full ([`BatchProducer`]'s byte budget).
+    /// Sent in a later round, before anything after it of its partition.
+    Deferred,
 }
 
 pub(crate) struct BatchProducer {
@@ -55,7 +58,17 @@ pub(crate) struct BatchProducer {
     /// The sequence of the next batch prepared for each target partition.
     sequences: HashMap<(String, i32), i32>,
     timeout_ms: i32,
+    /// Per target broker, the most bytes one Produce request carries: none until a request
+    /// went unanswered within the wait (a link too slow for the round), then halved at each
+    /// such request and doubled at each answered within a quarter of the wait.
+    budgets: HashMap<i32, usize>,
+    /// Which partition of a broker's round goes first, turning each round, so that a budget
+    /// defers no partition for ever.
+    turn: usize,
 }
+
+/// A budget that has grown back to this is lifted.
+const UNBOUNDED_FROM: usize = 64 << 20;
 
 impl BatchProducer {
     /// A producer for the target `props` points at, with a producer id of its own.
@@ -95,6 +108,8 @@ impl BatchProducer {
             epoch: response.producer_epoch,
             sequences: HashMap::new(),
             timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
+            budgets: HashMap::new(),
+            turn: 0,
         })
     }
 
@@ -159,6 +174,31 @@ impl BatchProducer {
                 }
             }
         }
+        // Each broker's round within its budget: the first member always (a round carries at
+        // least one batch), the others while they fit, from a member that turns each round.
+        self.turn = self.turn.wrapping_add(1);
+        let mut round_bytes: HashMap<i32, usize> = HashMap::new();
+        for (broker, members) in by_broker.iter_mut() {
+            let len = members.len();
+            members.rotate_left(self.turn % len);
+            let Some(&budget) = self.budgets.get(broker) else {
+                round_bytes.insert(*broker, members.iter().map(|&n| items[n].batch.len()).sum());
+                continue;
+            };
+            let mut bytes = 0;
+            let mut kept = 0;
+            for &n in members.iter() {
+                let size = items[n].batch.len();
+                if kept > 0 && bytes + size > budget {
+                    outcomes[n] = Some(Outcome::Deferred);
+                    continue;
+                }
+                bytes += size;
+                kept += 1;
+            }
+            members.retain(|&n| outcomes[n].is_none());
+            round_bytes.insert(*broker, bytes);
+        }
         // Send to every broker, then read every answer: connections made within one timeout,
         // answers awaited within one more, for all brokers together.
         let connect_by = Instant::now() + self.cluster.timeout();
@@ -183,19 +223,27 @@ impl BatchProducer {
                 }
             }
         }
-        let answers_by = Instant::now() + self.cluster.timeout();
+        let waited_from = Instant::now();
+        let answers_by = waited_from + self.cluster.timeout();
         for (broker, members) in sent {
             let answer = self
                 .cluster
                 .connection(broker)
-                .map_err(|e| e.to_string())
+                .map_err(|e| (e.to_string(), false))
                 .and_then(|c| {
                     c.receive_by::<ProduceRequest>(answers_by)
-                        .map_err(|e| e.to_string())
+                        .map_err(|e| (e.to_string(), e.timed_out()))
                 });
+            let bytes = round_bytes.get(&broker).copied().unwrap_or(0);
             let response = match answer {
-                Ok(r) => r,
-                Err(reason) => {
+                Ok(r) => {
+                    self.answered(broker, waited_from.elapsed());
+                    r
+                }
+                Err((reason, timed_out)) => {
+                    if timed_out {
+                        self.unanswered(broker, bytes, members.len());
+                    }
                     // The batches may or may not have landed: sent again with the same
                     // sequences, the target keeps one copy.
                     self.cluster.drop_connection(broker);
@@ -286,6 +334,47 @@ impl BatchProducer {
                 })
             })
             .collect()
+    }
+
+    /// A Produce of `bytes` (`batches` batches) to `broker` went unanswered within the wait:
+    /// the link carries less than that in time, so its next rounds carry half (at least one
+    /// batch, which no budget divides).
+    fn unanswered(&mut self, broker: i32, bytes: usize, batches: usize) {
+        let wait = self.cluster.timeout();
+        if batches <= 1 {
+            if self.budgets.insert(broker, bytes.max(1)) != Some(bytes.max(1)) {
+                // Once until it is answered: a target down says so at each retry already.
+                tracing::warn!(
+                    "target broker {broker} did not answer a Produce of one batch ({bytes} \
+                     bytes) within {wait:?}: it is down, or the link to it carries less than \
+                     that in time; the batch is sent again until it is answered. The wait is \
+                     the producer's request.timeout.ms, at most a fifth of the consumer's \
+                     max.poll.interval.ms: raise them if the link is merely this slow"
+                );
+            }
+            return;
+        }
+        let budget = (bytes / 2).max(1);
+        tracing::info!(
+            "target broker {broker} did not answer a Produce of {batches} batches ({bytes} \
+             bytes) within {wait:?}: its next rounds carry at most {budget} bytes (a link \
+             slower than the round), growing again as answers come in time"
+        );
+        self.budgets.insert(broker, budget);
+    }
+
+    /// A Produce to `broker` was answered after `took`: a budget that it beat by four times
+    /// doubles (lifted once large).
+    fn answered(&mut self, broker: i32, took: Duration) {
+        if took * 4 > self.cluster.timeout() {
+            return;
+        }
+        if let Some(budget) = self.budgets.get_mut(&broker) {
+            *budget = budget.saturating_mul(2);
+            if *budget >= UNBOUNDED_FROM {
+                self.budgets.remove(&broker);
+            }
+        }
     }
 
     fn request(&self, items: &[RoundItem<'_>], members: &[usize]) -> ProduceRequest {

@@ -1006,6 +1006,8 @@ impl<'s> BatchStream<'s> {
                             .map_or(0, |q| q.0.out.last_source_offset)
                     );
                 }
+                // Still in flight: sent, before its successors, in a later round.
+                Outcome::Deferred => {}
                 Outcome::Refused { code, message } => {
                     let (q, ticket) = part.in_flight.take().expect("sent");
                     self.refused(key, &part.target_topic, &q.out, ticket, &code, &message);

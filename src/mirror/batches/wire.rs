@@ -98,6 +98,14 @@ pub(crate) enum WireError {
     },
 }
 
+impl WireError {
+    /// Whether the broker did not answer in time (rather than failing the connection).
+    pub(crate) fn timed_out(&self) -> bool {
+        matches!(self, WireError::Io { source, .. }
+            if matches!(source.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock))
+    }
+}
+
 /// How one cluster's connections are made: what every [`Connection::connect`] needs.
 pub(crate) struct Dial {
     /// `source` or `target`, for messages.
