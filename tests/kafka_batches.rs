@@ -712,6 +712,79 @@ fn a_target_topic_deleted_while_the_batch_engine_runs_is_created_again() {
     target_topic_deleted_while_running(CopyMode::Batches, "recreated");
 }
 
+/// The target forgets the batch engine's producer id while the mirror idles
+/// (`producer.id.expiration.ms` 10 s, checked every second): the target's partition leaders keep
+/// no state for it (`describe-producers` lists none), and the engine writes on with its next
+/// sequences, as Kafka since 2.5 (KIP-360) accepts from a producer it has no state for. No
+/// refusal (UNKNOWN_PRODUCER_ID would stop it), every record once, in order.
+#[test]
+fn a_producer_id_the_target_expired_is_written_on_with_batches() {
+    let started = Instant::now();
+    let topic = "expired-producer";
+    let pair = KafkaPair::with(
+        KAFKA_4,
+        1,
+        &[
+            ("producer.id.expiration.ms", "10000"),
+            ("producer.id.expiration.check.interval.ms", "1000"),
+        ],
+        topic,
+        PARTITIONS,
+        &[],
+    );
+    // Stamped now: a producer's state expires that long after its newest record's timestamp,
+    // and the samples' are from 2023.
+    let p = producer(&pair.src(), &[("linger.ms", "20")]);
+    let write_now = |range: std::ops::Range<u64>| {
+        for i in range {
+            let s = sample(i, PARTITIONS, 100);
+            let mut record: BaseRecord<'_, [u8], [u8]> =
+                BaseRecord::to(topic).partition(s.partition);
+            record.key = s.key.as_deref();
+            record.payload = s.value.as_deref();
+            send_waiting(&p, record, None).expect("producing to the source");
+            p.poll(Duration::ZERO);
+        }
+        p.flush(Duration::from_secs(30))
+            .expect("flushing the source producer");
+    };
+    write_now(0..500);
+    let mut mirror = pair
+        .mirror()
+        .copy_mode(CopyMode::Batches)
+        .commit_ms(300)
+        .start();
+    pair.wait_caught_up(&mut mirror);
+    let before: Vec<usize> = (0..PARTITIONS)
+        .map(|n| pair.target.producers(topic, n).len())
+        .collect();
+    assert!(
+        before.iter().all(|n| *n == 1),
+        "the batch engine's producer is not on each target partition: {before:?}"
+    );
+    let forgotten = Instant::now();
+    while (0..PARTITIONS).any(|n| !pair.target.producers(topic, n).is_empty()) {
+        assert!(
+            forgotten.elapsed() < Duration::from_secs(30),
+            "the target still keeps the producer's state after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let after = forgotten.elapsed();
+    write_now(500..1000);
+    pair.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    eprintln!(
+        "TRIAL batches expired-producer-id kafka 4.4.0: producers per target partition {before:?} \
+         after the first 500 records, none {:.1} s later; 500 more written: {:.0} s",
+        after.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(!log.contains("refused"), "log:\n{log}");
+    same_records(&pair);
+}
+
 /// Without `--create.topics`, a target topic deleted while the batch engine runs is a send
 /// failure once it has been missing for `topic.metadata.propagation.max.ms` (as librdkafka's
 /// producer waits): in abort mode the mirror stops, exit 1, naming the topic and what to do,

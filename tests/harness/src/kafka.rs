@@ -562,6 +562,30 @@ impl KafkaCluster {
         text
     }
 
+    /// The producer ids the partition's leader keeps state for (Kafka's `TransactionsCommand
+    /// describe-producers`, KIP-664): one line per producer, its id first.
+    pub fn producers(&self, topic: &str, partition: i32) -> Vec<String> {
+        let mut cmd = java(&self.libs, &self.nodes[0].dir);
+        cmd.arg("org.apache.kafka.tools.TransactionsCommand")
+            .arg("--bootstrap-server")
+            .arg(self.bootstrap())
+            .args(["describe-producers", "--topic", topic, "--partition"])
+            .arg(partition.to_string())
+            .stdin(Stdio::null());
+        let out = cmd.output().expect("running the JVM (java)");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "describe-producers {topic}/{partition} failed: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+            .lines()
+            .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// `host:port` of every broker, comma-separated.
     pub fn bootstrap(&self) -> String {
         self.nodes
