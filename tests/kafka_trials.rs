@@ -434,6 +434,16 @@ fn log_append_time_source(mode: CopyMode) {
 /// producer's `message.max.bytes` set to the same limit, as an operator would).
 #[test]
 fn a_record_at_the_target_topics_max_message_bytes_is_mirrored() {
+    record_at_max_message_bytes(CopyMode::Records);
+}
+
+/// The same with the batch engine: the source's batch of exactly the limit forwarded as it is.
+#[test]
+fn a_record_at_the_target_topics_max_message_bytes_is_mirrored_with_batches() {
+    record_at_max_message_bytes(CopyMode::Batches);
+}
+
+fn record_at_max_message_bytes(mode: CopyMode) {
     const LIMIT: usize = 1_000_000;
     let pair = KafkaPair::with(
         KAFKA_4,
@@ -479,6 +489,7 @@ fn a_record_at_the_target_topics_max_message_bytes_is_mirrored() {
     );
     let mut mirror = pair
         .mirror()
+        .copy_mode(mode)
         .consumer(&[("fetch.message.max.bytes", "1048576")])
         .producer(&[
             ("message.max.bytes", "1000000"),
@@ -499,7 +510,7 @@ fn a_record_at_the_target_topics_max_message_bytes_is_mirrored() {
         .map(|b| b.size)
         .collect();
     eprintln!(
-        "TRIAL max-message-bytes kafka 4.4.0: source batches {sizes:?} bytes, target batches \
+        "TRIAL {mode:?} max-message-bytes kafka 4.4.0: source batches {sizes:?} bytes, target batches \
          {target_sizes:?} bytes (limit {LIMIT}), 3 records identical"
     );
     assert!(target_sizes.contains(&LIMIT), "{target_sizes:?}");
@@ -1511,6 +1522,17 @@ fn verify_passes_when_the_source_compacts_mirrored_records() {
 /// SIGKILLed and restarted mid-stream; the mirror keeps going and loses nothing.
 #[test]
 fn a_target_broker_killed_and_restarted_mid_stream_loses_nothing() {
+    target_broker_killed_mid_stream(CopyMode::Records);
+}
+
+/// The same with the batch engine: its Produce to the dead broker fails or times out, the
+/// batches are sent again to the new leaders with their sequences.
+#[test]
+fn a_target_broker_killed_and_restarted_mid_stream_loses_nothing_with_batches() {
+    target_broker_killed_mid_stream(CopyMode::Batches);
+}
+
+fn target_broker_killed_mid_stream(mode: CopyMode) {
     const PARTITIONS: i32 = 6;
     let started = Instant::now();
     // A dead broker is fenced after broker.session.timeout.ms (9 s by default): 4 s here.
@@ -1529,7 +1551,7 @@ fn a_target_broker_killed_and_restarted_mid_stream_loses_nothing() {
         .create_topic(TOPIC, PARTITIONS, 3, &[("min.insync.replicas", "2")]);
     pair.write(0..5000);
     let trickle = pair.trickle(5000, 100);
-    let mut mirror = pair.mirror().commit_ms(300).start();
+    let mut mirror = pair.mirror().copy_mode(mode).commit_ms(300).start();
     wait_until(Duration::from_secs(60), "some offsets committed", || {
         committed_total(&pair.src(), TOPIC, PARTITIONS) > 0
     });
@@ -1555,7 +1577,7 @@ fn a_target_broker_killed_and_restarted_mid_stream_loses_nothing() {
     assert_eq!(end.iter().sum::<i64>() as u64, written);
     let c = compare_each(&pair);
     eprintln!(
-        "TRIAL target-broker-restart kafka 4.4.0: broker 2 of 3 SIGKILLed at {killed} committed; \
+        "TRIAL {mode:?} target-broker-restart kafka 4.4.0: broker 2 of 3 SIGKILLed at {killed} committed; \
          commits advanced again after {:.1} s ({while_down} committed while it was down); {}, \
          {:.0} s",
         stalled.as_secs_f64(),
@@ -1569,17 +1591,30 @@ fn a_target_broker_killed_and_restarted_mid_stream_loses_nothing() {
 /// (no exit) and then finishes; nothing lost, order kept.
 #[test]
 fn a_source_broker_killed_and_restarted_mid_copy_loses_nothing() {
+    source_broker_killed_mid_copy(CopyMode::Records);
+}
+
+/// The same with the batch engine: its fetches from the dead broker fail or time out and are
+/// made again once it is back, from the positions it had.
+#[test]
+fn a_source_broker_killed_and_restarted_mid_copy_loses_nothing_with_batches() {
+    source_broker_killed_mid_copy(CopyMode::Batches);
+}
+
+fn source_broker_killed_mid_copy(mode: CopyMode) {
     const PARTITIONS: i32 = 4;
     const RECORDS: u64 = 40_000;
     let started = Instant::now();
     let mut pair = KafkaPair::new(KAFKA_4, TOPIC, PARTITIONS);
     pair.write(0..RECORDS);
-    // A small producer queue keeps the copy going long enough to be cut.
-    let mut mirror = pair
-        .mirror()
-        .producer(&[("queue.buffering.max.messages", "500")])
-        .commit_ms(200)
-        .start();
+    // A small producer queue keeps the copy going long enough to be cut; the batch engine,
+    // which has none, is throttled instead (the backlog is about 5 MB: some 10 s).
+    let mirror = pair.mirror().copy_mode(mode);
+    let mirror = match mode {
+        CopyMode::Records => mirror.producer(&[("queue.buffering.max.messages", "500")]),
+        CopyMode::Batches => mirror.flag("--throttle.bytes.per.second", "500000"),
+    };
+    let mut mirror = mirror.commit_ms(200).start();
     wait_until(Duration::from_secs(60), "some offsets committed", || {
         committed_total(&pair.src(), TOPIC, PARTITIONS) > 0
     });
@@ -1598,7 +1633,7 @@ fn a_source_broker_killed_and_restarted_mid_copy_loses_nothing() {
     assert_eq!(end.iter().sum::<i64>() as u64, RECORDS);
     let c = compare_each(&pair);
     eprintln!(
-        "TRIAL source-broker-restart kafka 4.4.0: the source's broker SIGKILLed mid-copy, down 5 s; \
+        "TRIAL {mode:?} source-broker-restart kafka 4.4.0: the source's broker SIGKILLed mid-copy, down 5 s; \
          caught up {:.1} s after its restart; {}, {:.0} s",
         restarted.elapsed().as_secs_f64(),
         c.summary(),
@@ -1937,12 +1972,22 @@ fn a_recreated_source_topic_is_copied_from_its_beginning() {
 /// translation from the log start on is what it was.
 #[test]
 fn the_offset_mapping_is_pruned_below_the_sources_log_start() {
+    mapping_pruned_below_the_log_start(CopyMode::Records);
+}
+
+/// The same with the batch engine, which records its mapping per batch.
+#[test]
+fn the_offset_mapping_is_pruned_below_the_sources_log_start_with_batches() {
+    mapping_pruned_below_the_log_start(CopyMode::Batches);
+}
+
+fn mapping_pruned_below_the_log_start(mode: CopyMode) {
     const PARTITIONS: i32 = 2;
     let pair = KafkaPair::new(KAFKA_4, TOPIC, PARTITIONS);
     let mut after_two = Vec::new();
     for round in 0..3u64 {
         pair.write(round * 100..(round + 1) * 100);
-        pair.mirror_until_committed(&[], ((round + 1) * 100) as i64);
+        pair.mirror_until_committed(&["--copy.mode", mode.flag()], ((round + 1) * 100) as i64);
         if round == 1 {
             after_two = pair.end_offsets();
         }
@@ -1953,7 +1998,7 @@ fn the_offset_mapping_is_pruned_below_the_sources_log_start() {
     delete_records(&pair.src(), TOPIC, &after_two);
     let ends = pair.end_offsets();
     pair.write(300..400);
-    let mut mirror = pair.mirror().commit_ms(300).start();
+    let mut mirror = pair.mirror().copy_mode(mode).commit_ms(300).start();
     wait_until(Duration::from_secs(60), "the mapping pruned", || {
         mirror.log().contains("removed 2 segments") || !mirror.is_running()
     });
