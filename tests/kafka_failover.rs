@@ -309,6 +309,16 @@ fn manual_plan(s: &Scenario) -> Vec<(&'static str, Vec<usize>)> {
 /// synced, does the same after `translate --apply` with the mirror stopped.
 #[test]
 fn a_failed_over_group_reads_exactly_the_records_it_had_not_read() {
+    failed_over_group(CopyMode::Records);
+}
+
+/// The same with the batch engine: its mapping recorded per batch from the Produce answers.
+#[test]
+fn a_failed_over_group_reads_exactly_the_records_it_had_not_read_with_batches() {
+    failed_over_group(CopyMode::Batches);
+}
+
+fn failed_over_group(mode: CopyMode) {
     let started = Instant::now();
     let f = scenario_clusters();
     let src = f.src();
@@ -320,13 +330,13 @@ fn a_failed_over_group_reads_exactly_the_records_it_had_not_read() {
     } = scenario;
 
     // Run 1 copies everything and stops cleanly: commits and mapping at the ends.
-    let mut mirror = f.mirror().commit_ms(300).start();
+    let mut mirror = f.mirror().copy_mode(mode).commit_ms(300).start();
     f.wait_mirrored(&mut mirror);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     // Run 2 copies KILLED's next 100 records per partition and is SIGKILLed before it commits
     // (or stores) anything of them.
     write_ids(&src, KILLED, 2, 100..200);
-    let mut mirror = f.mirror().commit_ms(600_000).start();
+    let mut mirror = f.mirror().copy_mode(mode).commit_ms(600_000).start();
     f.wait_for(&mut mirror, "run 2 to copy killed's records", || {
         end_offsets(&f.dst(), KILLED, 2) == [200, 200]
     });
@@ -347,6 +357,7 @@ fn a_failed_over_group_reads_exactly_the_records_it_had_not_read() {
     // Run 3 copies KILLED's records again and syncs the groups matching app.*.
     let mut mirror = f
         .mirror()
+        .copy_mode(mode)
         .commit_ms(300)
         .flag("--sync.group.offsets", "app.*")
         .flag("--sync.group.offsets.interval.ms", SYNC_INTERVAL)
@@ -414,7 +425,7 @@ fn a_failed_over_group_reads_exactly_the_records_it_had_not_read() {
         .map(|p| read_all(&f.dst(), KILLED, p).len())
         .collect();
     eprintln!(
-        "TRIAL failover kafka 4.4.0: plain (target began with 7 other records a partition), txn \
+        "TRIAL {mode:?} failover kafka 4.4.0: plain (target began with 7 other records a partition), txn \
          ({committed_txn} committed records of 12 transactions a partition, 5 aborted), compacted \
          ({compacted_left:?} records left of offsets {compacted_end:?}), killed (target holds \
          {target_killed:?} records for 200 a partition); app-sync synced, manual-failover \
