@@ -1736,6 +1736,17 @@ fn a_record_the_target_refuses_stops_its_partition_in_abort_mode() {
 /// return; nothing lost.
 #[test]
 fn two_target_brokers_down_hold_the_mirror_back_and_it_drains_when_they_return() {
+    two_target_brokers_down(CopyMode::Records);
+}
+
+/// The same with the batch engine: NOT_ENOUGH_REPLICAS and the lost leaders retried, its
+/// rounds bounded by the poll interval meanwhile.
+#[test]
+fn two_target_brokers_down_hold_the_mirror_back_and_it_drains_when_they_return_with_batches() {
+    two_target_brokers_down(CopyMode::Batches);
+}
+
+fn two_target_brokers_down(mode: CopyMode) {
     const PARTITIONS: i32 = 6;
     let started = Instant::now();
     let mut pair = KafkaPair::with(
@@ -1753,7 +1764,7 @@ fn two_target_brokers_down_hold_the_mirror_back_and_it_drains_when_they_return()
         .create_topic(TOPIC, PARTITIONS, 3, &[("min.insync.replicas", "2")]);
     pair.write(0..3000);
     let trickle = pair.trickle(3000, 100);
-    let mut mirror = pair.mirror().commit_ms(300).start();
+    let mut mirror = pair.mirror().copy_mode(mode).commit_ms(300).start();
     wait_until(Duration::from_secs(60), "some offsets committed", || {
         committed_total(&pair.src(), TOPIC, PARTITIONS) > 3000
     });
@@ -1785,7 +1796,7 @@ fn two_target_brokers_down_hold_the_mirror_back_and_it_drains_when_they_return()
     assert_eq!(end.iter().sum::<i64>() as u64, written);
     let c = compare_each(&pair);
     eprintln!(
-        "TRIAL two-target-brokers-down kafka 4.4.0: committed {held} then {still} over 6 s with \
+        "TRIAL {mode:?} two-target-brokers-down kafka 4.4.0: committed {held} then {still} over 6 s with \
          2 of 3 brokers down (mirror running); drained {:.1} s after they were restarted; {}, \
          {:.0} s",
         drained.as_secs_f64(),
