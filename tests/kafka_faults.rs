@@ -955,6 +955,110 @@ fn rounds_larger_than_the_link_carries_in_a_request_wait_are_cut_down_with_batch
     assert!(c.in_order, "{c:?}");
 }
 
+/// Writes 100 records to each partition in one batch each (`batch.num.messages` 100, the
+/// burst flushed), a burst every 200 ms, from a thread, until stopped; returns the count.
+struct Bursts {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl Bursts {
+    fn start(bootstrap: String, from: u64) -> Bursts {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let halt = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let writer: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", &bootstrap)
+                .set("batch.num.messages", "100")
+                .set("linger.ms", "5000")
+                .set("log_level", "3")
+                .create()
+                .expect("a writer");
+            let mut next = from;
+            while !halt.load(Ordering::Relaxed) {
+                for partition in 0..PARTITIONS {
+                    for _ in 0..100 {
+                        let key = next.to_string();
+                        let record = rdkafka::producer::BaseRecord::to(TOPIC)
+                            .partition(partition)
+                            .key(&key)
+                            .payload(&key);
+                        writer.send(record).expect("queued");
+                        next += 1;
+                    }
+                }
+                rdkafka::producer::Producer::flush(&writer, Duration::from_secs(30))
+                    .expect("written");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            next - from
+        });
+        Bursts { stop, thread }
+    }
+
+    fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().expect("the writer")
+    }
+}
+
+/// A batch whose Produce went unanswered in time (the target's answers 3 s late, the wait
+/// 2 s: it landed, unknown to the sender) is released to a second instance, which copies on;
+/// when that one stops, the partition comes back. The first instance's next batch there must
+/// not reuse the sequences of the one that landed unanswered: of the same record count, the
+/// target would take it for that batch sent again (DUPLICATE_SEQUENCE_NUMBER) and drop it,
+/// and its records would be lost. Source batches of 100 records each make every count equal.
+/// 0 lost; the duplicates of the hand-overs counted.
+#[test]
+fn a_partition_back_after_a_release_with_an_answer_outstanding_loses_nothing_with_batches() {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let bursts = Bursts::start(pair.src(), 0);
+    let mut first = logged(
+        pair.mirror().copy_mode(CopyMode::Batches),
+        CopyMode::Batches,
+    )
+    .commit_ms(300)
+    .start();
+    wait_commits_past(&pair, &mut first, 2000, Duration::from_secs(60));
+    pair.target_link.delay_answers(Duration::from_secs(3));
+    // Not a condition: rounds sent meanwhile land and go unanswered in time.
+    std::thread::sleep(Duration::from_secs(4));
+    // The second instance reaches the target directly, unhindered.
+    let mut second = Endpoints::mirror(&pair)
+        .copy_mode(CopyMode::Batches)
+        .commit_ms(300)
+        .start();
+    second.wait_for("the second instance's partitions", |m: &Mirror| {
+        m.log().contains("assigned ") && m.log().contains("orders/")
+    });
+    pair.target_link.heal();
+    let before = committed_total(&pair.src(), TOPIC, PARTITIONS);
+    wait_commits_past(&pair, &mut second, before + 2000, Duration::from_secs(60));
+    assert_eq!(second.stop().code(), Some(0), "log:\n{}", second.log());
+    // The first instance owns every partition again and copies on.
+    let back = committed_total(&pair.src(), TOPIC, PARTITIONS);
+    wait_commits_past(&pair, &mut first, back + 2000, Duration::from_secs(60));
+    let written = bursts.stop();
+    wait_committed(&mut first, &pair.src(), TOPIC, PARTITIONS, written as i64);
+    assert_eq!(first.stop().code(), Some(0), "log:\n{}", first.log());
+    let log = first.log();
+    let c = compare_each(&pair);
+    eprintln!(
+        "TRIAL batches answer-outstanding-at-release kafka 4.4.0: answers 3 s late for the \
+         first instance, a second one joining and leaving; {} batches sent again; at the \
+         release {} found on the target, {} left unanswered; {written} records: {}, {:.0} s",
+        batches_sent_again(&log),
+        log.matches("committed with the release").count(),
+        log.matches("it may still be written").count(),
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!((c.source, c.lost, c.changed), (written, 0, 0), "{c:?}");
+}
+
 /// Where a partition's copy on the target leaves its source's order: each pair of
 /// neighbouring target records whose second is not the source record after the first, as
 /// (source position, source position). One hand-over may leave one such break, going back

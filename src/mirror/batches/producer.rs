@@ -42,8 +42,10 @@ pub(crate) struct RoundItem<'a> {
 pub(crate) enum Outcome {
     /// On the target from this offset (-1: landed before, offset not known).
     Acked { base_offset: i64 },
-    /// Not (known to be) written: send the same bytes again.
-    Retry { reason: String },
+    /// Not (known to be) written: send the same bytes again. `maybe_written`: the request
+    /// may have been applied all the same (its answer was lost or late, or the broker said it
+    /// appended without enough replicas): the batch's sequences may be the target's already.
+    Retry { reason: String, maybe_written: bool },
     /// Refused for good: a send failure.
     Refused { code: String, message: String },
     /// Not sent this round: its broker's round was full ([`BatchProducer`]'s byte budget).
@@ -170,6 +172,7 @@ impl BatchProducer {
                             "no leader known for target {}/{}",
                             item.topic, item.partition
                         ),
+                        maybe_written: false,
                     })
                 }
             }
@@ -218,6 +221,8 @@ impl BatchProducer {
                     for &n in members {
                         outcomes[n] = Some(Outcome::Retry {
                             reason: reason.clone(),
+                            // An unfinished frame is never read.
+                            maybe_written: false,
                         });
                     }
                 }
@@ -251,6 +256,7 @@ impl BatchProducer {
                     for &n in members {
                         outcomes[n] = Some(Outcome::Retry {
                             reason: reason.clone(),
+                            maybe_written: true,
                         });
                     }
                     continue;
@@ -275,6 +281,9 @@ impl BatchProducer {
                             refresh |= leader_moved(code);
                             Outcome::Retry {
                                 reason: error_name(code),
+                                // REQUEST_TIMED_OUT (the broker's own wait for its replicas)
+                                // and NOT_ENOUGH_REPLICAS_AFTER_APPEND: appended, not replicated.
+                                maybe_written: matches!(code, 7 | 20),
                             }
                         }
                         45 => Outcome::Refused {
@@ -314,6 +323,7 @@ impl BatchProducer {
                 if outcomes[n].is_none() {
                     outcomes[n] = Some(Outcome::Retry {
                         reason: "the answer did not name this partition".to_owned(),
+                        maybe_written: true,
                     });
                 }
             }
@@ -331,6 +341,7 @@ impl BatchProducer {
             .map(|o| {
                 o.unwrap_or(Outcome::Retry {
                     reason: "not sent".to_owned(),
+                    maybe_written: false,
                 })
             })
             .collect()

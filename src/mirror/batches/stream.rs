@@ -98,6 +98,9 @@ struct Queued {
     out: OutBatch,
     bytes: bytes::Bytes,
     sequence: i32,
+    /// A send of it may have been applied though unanswered: its sequences may be the
+    /// target's already, so they are never given to another batch.
+    maybe_written: bool,
 }
 
 /// What comes next for a partition, in source order.
@@ -349,22 +352,33 @@ impl BatchContext {
         let stream = self.shared.stream;
         {
             let mut engine = self.engine();
-            for p in partitions {
-                if let Some(part) = engine.parts.remove(p) {
-                    let first = part
-                        .in_flight
-                        .as_ref()
-                        .map(|(q, _)| q.sequence)
-                        .or_else(|| {
-                            part.queue.iter().find_map(|step| match step {
-                                Step::Send(q) => Some(q.sequence),
-                                Step::TooLarge { .. } => None,
-                            })
-                        });
-                    if let Some(sequence) = first {
-                        // A batch kept for a retry was answered with an error: not written.
-                        engine.producer.rewind(&part.target_topic, p.1, sequence);
-                    }
+            let mut released: Vec<(Partition, Part)> = partitions
+                .iter()
+                .filter_map(|p| engine.parts.remove(p).map(|part| (p.clone(), part)))
+                .collect();
+            // A lost assignment's next owner may be copying already: a send now could land
+            // among its copies; only the request left behind may (the warning below says so
+            // for a release).
+            if !consumer.assignment_lost() {
+                self.settle_unanswered(&mut engine, &mut released);
+            }
+            for (p, part) in released {
+                // The batches not written go again under these sequences, whoever copies
+                // them next; a batch that may have been written keeps its own (the target
+                // would take a later batch of its count under them for it sent again).
+                let first = part
+                    .in_flight
+                    .as_ref()
+                    .filter(|(q, _)| !q.maybe_written)
+                    .map(|(q, _)| q.sequence)
+                    .or_else(|| {
+                        part.queue.iter().find_map(|step| match step {
+                            Step::Send(q) => Some(q.sequence),
+                            Step::TooLarge { .. } => None,
+                        })
+                    });
+                if let Some(sequence) = first {
+                    engine.producer.rewind(&part.target_topic, p.1, sequence);
                 }
             }
         }
@@ -395,6 +409,105 @@ impl BatchContext {
             }
         }
         self.shared.forget(partitions);
+    }
+}
+
+impl BatchContext {
+    /// Before partitions go, the batches of theirs whose Produce may have been applied though
+    /// unanswered are sent again (same bytes, same sequences) until the target answers, for at
+    /// most two request waits: an acknowledgement (or DUPLICATE_SEQUENCE_NUMBER) says the batch
+    /// is on the target once, and its commit point moves past it before the release commits,
+    /// so the next owner neither copies it again nor sees it land after its own copies (the
+    /// request left behind would be a duplicate of our sequences). One still unanswered when
+    /// the time is up is said in a warning: it may still land, after the next owner's copies.
+    fn settle_unanswered(&self, engine: &mut Engine, released: &mut [(Partition, Part)]) {
+        let stream = self.shared.stream;
+        let deadline = Instant::now() + engine.producer.cluster.timeout() * 2;
+        loop {
+            let pending: Vec<usize> = released
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, part))| {
+                    part.in_flight
+                        .as_ref()
+                        .is_some_and(|(q, _)| q.maybe_written)
+                })
+                .map(|(n, _)| n)
+                .collect();
+            if pending.is_empty() {
+                return;
+            }
+            if Instant::now() >= deadline || self.shared.control.stop_requested() {
+                for &n in &pending {
+                    let (key, part) = &released[n];
+                    let (q, _) = part.in_flight.as_ref().expect("pending");
+                    tracing::warn!(
+                        stream,
+                        "releasing {}/{} with its batch of source offsets {} to {} unanswered by \
+                         target {}/{}: it may still be written, after the next owner's copies \
+                         of it (duplicates out of order, nothing lost)",
+                        key.0,
+                        key.1,
+                        q.out.first_source_offset,
+                        q.out.last_source_offset,
+                        part.target_topic,
+                        key.1
+                    );
+                }
+                return;
+            }
+            let items: Vec<RoundItem<'_>> = pending
+                .iter()
+                .map(|&n| {
+                    let (key, part) = &released[n];
+                    let (q, _) = part.in_flight.as_ref().expect("pending");
+                    RoundItem {
+                        topic: &part.target_topic,
+                        partition: key.1,
+                        batch: q.bytes.clone(),
+                    }
+                })
+                .collect();
+            let outcomes = engine.producer.send_round(&items);
+            drop(items);
+            if outcomes.iter().all(|o| matches!(o, Outcome::Retry { .. })) {
+                std::thread::sleep(RETRY_BACKOFF);
+            }
+            for (&n, outcome) in pending.iter().zip(outcomes) {
+                let (key, part) = &mut released[n];
+                match outcome {
+                    Outcome::Acked { base_offset } => {
+                        let (q, ticket) = part.in_flight.take().expect("pending");
+                        record_ack(
+                            &self.shared,
+                            key,
+                            &part.target_topic,
+                            &q.out,
+                            ticket,
+                            base_offset,
+                        );
+                        tracing::info!(
+                            stream,
+                            "{}/{}: the batch of source offsets {} to {}, unanswered before, is \
+                             on the target; committed with the release",
+                            key.0,
+                            key.1,
+                            q.out.first_source_offset,
+                            q.out.last_source_offset
+                        );
+                    }
+                    // Not written by this send: the one before it may be, so it stays pending.
+                    Outcome::Retry { .. } | Outcome::Deferred => {}
+                    // Refused: the earlier send was refused as well; the next owner meets it.
+                    Outcome::Refused { .. } => {
+                        if let Some((q, _)) = part.in_flight.as_mut() {
+                            q.maybe_written = false;
+                        }
+                    }
+                }
+            }
+            self.shared.turned(Instant::now());
+        }
     }
 }
 
@@ -896,6 +1009,7 @@ impl<'s> BatchStream<'s> {
                         out,
                         bytes,
                         sequence,
+                        maybe_written: false,
                     }));
                     sequence = super::batch::next_sequence(sequence, records);
                 }
@@ -990,8 +1104,14 @@ impl<'s> BatchStream<'s> {
                     self.acked(key, &part.target_topic, &q.out, ticket, base_offset);
                     self.settle(key, part);
                 }
-                Outcome::Retry { reason } => {
+                Outcome::Retry {
+                    reason,
+                    maybe_written,
+                } => {
                     retries += 1;
+                    if let Some((q, _)) = part.in_flight.as_mut() {
+                        q.maybe_written |= maybe_written;
+                    }
                     tracing::debug!(
                         stream = self.stream,
                         "target {}/{}: {reason}; sending the batch of source offsets {} to {} \
@@ -1129,33 +1249,7 @@ impl<'s> BatchStream<'s> {
         ticket: Ticket,
         base_offset: i64,
     ) {
-        let mut tracker = self.shared.tracker();
-        tracker.ack(ticket);
-        tracker.advance_to_position(&key.0, key.1, out.last_source_offset + 1);
-        if let Some(mapping) = &self.shared.mapping {
-            let mut recorder = mapping.recorder();
-            for i in 0..out.records.max(0) as usize {
-                let target_offset = if base_offset < 0 {
-                    -1
-                } else {
-                    base_offset + i as i64
-                };
-                recorder.acked(
-                    (&key.0, key.1),
-                    out.source_offset(i),
-                    (target_topic, key.1),
-                    target_offset,
-                );
-            }
-        }
-        drop(tracker);
-        Stats::add(&self.shared.stats.acknowledged, out.records as u64);
-        // One observation per batch, from its newest record: the records are not decoded for
-        // their own timestamps (a backlog's age shows all the same).
-        let newest = out.max_timestamp();
-        if newest >= 0 {
-            self.shared.stats.recorded.observe_latency(newest);
-        }
+        record_ack(&self.shared, key, target_topic, out, ticket, base_offset);
     }
 
     fn refused(
@@ -1300,5 +1394,44 @@ impl<'s> BatchStream<'s> {
             started.elapsed()
         );
         Ok(StreamReport { unacknowledged })
+    }
+}
+
+/// What an acknowledged batch does: the commit point past it, its mapping recorded from the
+/// target's offset (-1: landed before, offset unknown), the counts and the latency.
+fn record_ack(
+    shared: &StreamShared,
+    key: &Partition,
+    target_topic: &str,
+    out: &OutBatch,
+    ticket: Ticket,
+    base_offset: i64,
+) {
+    let mut tracker = shared.tracker();
+    tracker.ack(ticket);
+    tracker.advance_to_position(&key.0, key.1, out.last_source_offset + 1);
+    if let Some(mapping) = &shared.mapping {
+        let mut recorder = mapping.recorder();
+        for i in 0..out.records.max(0) as usize {
+            let target_offset = if base_offset < 0 {
+                -1
+            } else {
+                base_offset + i as i64
+            };
+            recorder.acked(
+                (&key.0, key.1),
+                out.source_offset(i),
+                (target_topic, key.1),
+                target_offset,
+            );
+        }
+    }
+    drop(tracker);
+    Stats::add(&shared.stats.acknowledged, out.records as u64);
+    // One observation per batch, from its newest record: the records are not decoded for
+    // their own timestamps (a backlog's age shows all the same).
+    let newest = out.max_timestamp();
+    if newest >= 0 {
+        shared.stats.recorded.observe_latency(newest);
     }
 }
