@@ -11,8 +11,10 @@
 //! Every Produce round is answered (or failed) before the consumer is polled again, so when
 //! a rebalance callback runs nothing of this stream is waiting on the wire: a release drops the
 //! released partitions' batches not yet sent, commits what was acknowledged, and calls the
-//! user's listener. (A request whose answer timed out may still be applied by the target
-//! later: the one case this slice cannot rule out, as the record engine cannot.)
+//! user's listener. A batch whose Produce went unanswered in time may have been written: a
+//! release sends it again for at most two request waits and commits it once answered; one
+//! still unanswered may be applied later, after the next owner's copies (duplicates, nothing
+//! lost), and keeps its sequences, so that no later batch is taken for it sent again.
 //!
 //! `--throttle.*.per.second`: each outgoing batch charges the shared buckets
 //! ([`Throttle`](crate::mirror::throttle::Throttle)) as it is readied, with its size as sent
