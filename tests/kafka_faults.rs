@@ -862,13 +862,7 @@ fn thin_link_to_the_target(mode: CopyMode) {
         c.summary(),
         started.elapsed().as_secs_f64()
     );
-    // Held back, not stalled: at least a quarter of what the cap lets through in 20 s (1 kB
-    // values) is committed meanwhile.
-    assert!(
-        during as u64 * 1000 >= RATE * 20 / 4,
-        "{during} records committed in 20 s through a link of {} kB/s: the copy stalled",
-        RATE / 1024
-    );
+    assert_held_back_not_stalled(during, RATE);
     assert!(
         (during as u64) < RECORDS - 1000,
         "the whole backlog went through: the cap did not hold it back"
@@ -946,11 +940,7 @@ fn rounds_larger_than_the_link_carries_in_a_request_wait_are_cut_down_with_batch
         c.summary(),
         started.elapsed().as_secs_f64()
     );
-    assert!(
-        during as u64 * 1000 >= RATE * 20 / 4,
-        "{during} records committed in 20 s through a link of {} KiB/s: the copy stalled",
-        RATE / 1024
-    );
+    assert_held_back_not_stalled(during, RATE);
     assert_eq!((c.source, c.lost, c.changed), (records, 0, 0), "{c:?}");
     assert!(c.in_order, "{c:?}");
 }
@@ -1057,6 +1047,16 @@ fn a_partition_back_after_a_release_with_an_answer_outstanding_loses_nothing_wit
         started.elapsed().as_secs_f64()
     );
     assert_eq!((c.source, c.lost, c.changed), (written, 0, 0), "{c:?}");
+}
+
+/// Held back, not stalled: of records of 1 kB, at least a quarter of what a link capped at
+/// `rate` bytes a second lets through in 20 s was committed (`during`) in those 20 s.
+fn assert_held_back_not_stalled(during: i64, rate: u64) {
+    assert!(
+        during as u64 * 1000 >= rate * 20 / 4,
+        "{during} records committed in 20 s through a link of {} KiB/s: the copy stalled",
+        rate / 1024
+    );
 }
 
 /// Where a partition's copy on the target leaves its source's order: each pair of
