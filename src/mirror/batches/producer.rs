@@ -6,9 +6,10 @@
 //! one batch per partition and reads every answer before the next round, so a retried batch
 //! (same bytes, same sequence) always lands before its successor, which is not sent until it
 //! is acknowledged. A batch answered DUPLICATE_SEQUENCE_NUMBER can only be a retry of one the
-//! target already has: acknowledged, target offset unknown. (So sequences that may be the
-//! target's, a send unanswered, are never given to another batch: [`Outcome::Retry`] says.) OUT_OF_ORDER_SEQUENCE_NUMBER
-//! means the target lost a batch we had sent: refused, never skipped.
+//! target already has: acknowledged, target offset unknown (so the sequences of a send left
+//! unanswered, which may be the target's, are never given to another batch: see
+//! [`Outcome::Retry`]). OUT_OF_ORDER_SEQUENCE_NUMBER means the target lost a batch we had
+//! sent: refused, never skipped.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -358,9 +358,9 @@ impl BatchContext {
                 .iter()
                 .filter_map(|p| engine.parts.remove(p).map(|part| (p.clone(), part)))
                 .collect();
-            // A lost assignment's next owner may be copying already: a send now could land
-            // among its copies; only the request left behind may (the warning below says so
-            // for a release).
+            // A lost assignment's next owner may be copying already: nothing is sent again,
+            // lest it land among that owner's copies (the unanswered request itself still
+            // may, as after a release whose resends go unanswered).
             if !consumer.assignment_lost() {
                 self.settle_unanswered(&mut engine, &mut released);
             }

@@ -101,8 +101,8 @@ pub(crate) enum WireError {
 impl WireError {
     /// Whether the broker did not answer in time (rather than failing the connection).
     pub(crate) fn timed_out(&self) -> bool {
-        matches!(self, WireError::Io { source, .. }
-            if matches!(source.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock))
+        use std::io::ErrorKind::{TimedOut, WouldBlock};
+        matches!(self, WireError::Io { source, .. } if matches!(source.kind(), TimedOut | WouldBlock))
     }
 }
 
