@@ -412,9 +412,7 @@ impl BatchContext {
         }
         self.shared.forget(partitions);
     }
-}
 
-impl BatchContext {
     /// Before partitions go, the batches of theirs whose Produce may have been applied though
     /// unanswered are sent again (same bytes, same sequences) until the target answers, for at
     /// most two request waits: an acknowledgement (or DUPLICATE_SEQUENCE_NUMBER) says the batch
