@@ -4,7 +4,7 @@
 //! ([`Streams`]), handed to metrics, health and systemd notification, which only read it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
@@ -313,6 +313,14 @@ pub struct StreamShared {
     /// Set when the target refused a record for good in a delivery report (abort mode):
     /// records produced after it may still be queued, and must not land after it.
     pub failed_with_records_behind: AtomicBool,
+    /// `--on.handler.error dead-letter`: the dead-letter records produced and not yet
+    /// reported. A refused dead-letter record has records behind it only in its own topic:
+    /// the mirrored topics' records around it are not ordered against it (it never goes
+    /// there), so they are delivered and committed, not purged with it.
+    pub dead_letters_in_flight: AtomicUsize,
+    /// Whether the target refused a dead-letter record: one produced after that must not
+    /// land after it (see [`Self::failed_with_records_behind`]).
+    pub dead_letter_refused: AtomicBool,
     /// Per source partition owned now, the offset its last successful synchronous commit
     /// committed (the shutdown commit, or a commit before a release): a release that finds
     /// the same commit point has nothing to commit.
@@ -392,6 +400,8 @@ impl StreamShared {
             lag: Default::default(),
             delay: Default::default(),
             failed_with_records_behind: false.into(),
+            dead_letters_in_flight: Default::default(),
+            dead_letter_refused: false.into(),
             committed_sync: Default::default(),
             refusals_logged: Default::default(),
             recreatable: std::sync::OnceLock::new(),

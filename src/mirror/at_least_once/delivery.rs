@@ -341,6 +341,19 @@ impl ProducerContext for DeliveryContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
         let ticket = Ticket::from_opaque(opaque);
+        let topic = match result {
+            Ok(delivered) => delivered.topic(),
+            Err((_, message)) => message.topic(),
+        };
+        if is_dead_letter(&self.shared, topic) {
+            // Reports come on the stream's own thread (it polls the producer), after the
+            // produce call that counted the record.
+            let _ = self.shared.dead_letters_in_flight.fetch_update(
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+                |n| n.checked_sub(1),
+            );
+        }
         match result {
             Ok(delivered) => {
                 Stats::add(&self.shared.stats.acknowledged, 1);
@@ -410,15 +423,30 @@ fn undelivered(
         );
         return;
     }
-    // Records produced after this one may be queued behind it.
-    shared
-        .failed_with_records_behind
-        .store(true, Ordering::SeqCst);
+    // Records produced after this one may be queued behind it: any, unless it is a
+    // dead-letter record, whose order matters only against the dead-letter records after it
+    // (a record produced later is checked when it is produced, in the stream's send).
+    let behind = if is_dead_letter(shared, topic) {
+        shared.dead_letter_refused.store(true, Ordering::SeqCst);
+        shared.dead_letters_in_flight.load(Ordering::SeqCst) > 0
+    } else {
+        true
+    };
+    if behind {
+        shared
+            .failed_with_records_behind
+            .store(true, Ordering::SeqCst);
+    }
     let failed = failed();
     let deleted = maybe_deleted(error) || dropped_while_running(shared, error);
     if !(deleted && target_missing(shared, ticket, topic, error)) {
         send_failed_as(shared, ticket, topic, Some(partition), error, Some(&failed));
     }
+}
+
+/// Whether target topic `topic` is the dead-letter topic (`--on.handler.error dead-letter`).
+fn is_dead_letter(shared: &StreamShared, topic: &str) -> bool {
+    shared.dead_letter.get().is_some_and(|d| d == topic)
 }
 
 #[cfg(test)]
@@ -502,6 +530,47 @@ mod tests {
         // Uncommitted: no commit point passes it.
         let points = shared.tracker().commit_points();
         assert!(points.iter().all(|p| p.offset <= 250), "{points:?}");
+    }
+
+    /// `one_in_flight` with `--dead.letter.topic orders.refused`, and `others` more
+    /// dead-letter records in flight.
+    fn with_dead_letters_in_flight(others: usize) -> (Arc<StreamShared>, Ticket) {
+        let (shared, ticket) = one_in_flight(false);
+        let _ = shared.dead_letter.set("orders.refused".to_owned());
+        shared
+            .dead_letters_in_flight
+            .store(others, Ordering::SeqCst);
+        (shared, ticket)
+    }
+
+    fn refused() -> KafkaError {
+        KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed)
+    }
+
+    fn records_behind(shared: &StreamShared) -> bool {
+        shared.failed_with_records_behind.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn a_refused_mirrored_record_has_records_behind_it() {
+        let (shared, ticket) = with_dead_letters_in_flight(0);
+        undelivered(&shared, ticket, &refused(), "orders", 0, no_report);
+        assert!(records_behind(&shared));
+    }
+
+    #[test]
+    fn a_refused_dead_letter_record_leaves_the_mirrored_records_around_it_to_be_delivered() {
+        let (shared, ticket) = with_dead_letters_in_flight(0);
+        undelivered(&shared, ticket, &refused(), "orders.refused", 0, no_report);
+        assert!(!records_behind(&shared));
+        assert!(shared.control.failure().is_some(), "still a send failure");
+    }
+
+    #[test]
+    fn a_refused_dead_letter_record_has_the_dead_letter_records_after_it_behind_it() {
+        let (shared, ticket) = with_dead_letters_in_flight(1);
+        undelivered(&shared, ticket, &refused(), "orders.refused", 0, no_report);
+        assert!(records_behind(&shared));
     }
 
     #[test]

@@ -666,6 +666,9 @@ impl<'s> Stream<'s> {
                 Ok(()) => {
                     Stats::add(&self.shared.stats.produced, 1);
                     self.unknown_partitions.known(&target);
+                    if let Destination::DeadLetter(_) = to {
+                        self.dead_letter_produced();
+                    }
                     return true;
                 }
                 Err(RDKafkaErrorCode::UnknownPartition) => {
@@ -753,6 +756,19 @@ impl<'s> Stream<'s> {
                     return true;
                 }
             }
+        }
+    }
+
+    /// A dead-letter record was handed to the producer: counted until its report, and, if
+    /// the target refused an earlier one, one that must not land after it.
+    fn dead_letter_produced(&self) {
+        self.shared
+            .dead_letters_in_flight
+            .fetch_add(1, Ordering::SeqCst);
+        if self.shared.dead_letter_refused.load(Ordering::SeqCst) {
+            self.shared
+                .failed_with_records_behind
+                .store(true, Ordering::SeqCst);
         }
     }
 
@@ -932,7 +948,9 @@ impl<'s> Stream<'s> {
             // must not land after it, or a restart copies it again before them (out of
             // order). Purged records are not acknowledged, so they stay uncommitted and are
             // mirrored again, in order. (A record refused when it was produced has nothing
-            // behind it: the stream stopped producing there, and what came before is flushed.)
+            // behind it: the stream stopped producing there, and what came before is flushed.
+            // Nor has a refused dead-letter record with no other dead-letter record after it:
+            // the mirrored records around it are flushed and committed below it.)
             tracing::debug!(
                 stream = self.stream,
                 "purging the records produced after the one the target refused"
