@@ -422,7 +422,28 @@ impl BatchContext {
     /// the time is up is said in a warning: it may still land, after the next owner's copies.
     fn settle_unanswered(&self, engine: &mut Engine, released: &mut [(Partition, Part)]) {
         let stream = self.shared.stream;
-        let deadline = Instant::now() + engine.producer.cluster.timeout() * 2;
+        let wait = engine.producer.cluster.timeout() * 2;
+        let unanswered = released
+            .iter()
+            .filter(|(_, part)| {
+                part.in_flight
+                    .as_ref()
+                    .is_some_and(|(q, _)| q.maybe_written)
+            })
+            .count();
+        if unanswered == 0 {
+            return;
+        }
+        // Said, because the release waits for it (a slow target slows the hand-over).
+        tracing::info!(
+            stream,
+            "releasing {} with {unanswered} {} unanswered by the target: sending {} again \
+             for at most {wait:?} before the commit",
+            counted(released.len(), "partition"),
+            if unanswered == 1 { "batch" } else { "batches" },
+            if unanswered == 1 { "it" } else { "them" }
+        );
+        let deadline = Instant::now() + wait;
         loop {
             let pending: Vec<usize> = released
                 .iter()
