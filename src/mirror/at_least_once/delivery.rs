@@ -341,18 +341,20 @@ impl ProducerContext for DeliveryContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
         let ticket = Ticket::from_opaque(opaque);
-        let topic = match result {
-            Ok(delivered) => delivered.topic(),
-            Err((_, message)) => message.topic(),
-        };
-        if is_dead_letter(&self.shared, topic) {
-            // Reports come on the stream's own thread (it polls the producer), after the
-            // produce call that counted the record.
-            let _ = self.shared.dead_letters_in_flight.fetch_update(
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-                |n| n.checked_sub(1),
-            );
+        if let Some(dead_letter) = self.shared.dead_letter.get() {
+            let topic = match result {
+                Ok(delivered) => delivered.topic(),
+                Err((_, message)) => message.topic(),
+            };
+            if topic == dead_letter {
+                // Reports come on the stream's own thread (it polls the producer), after the
+                // produce call that counted the record.
+                let _ = self.shared.dead_letters_in_flight.fetch_update(
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                    |n| n.checked_sub(1),
+                );
+            }
         }
         match result {
             Ok(delivered) => {
