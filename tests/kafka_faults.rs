@@ -993,6 +993,28 @@ impl Bursts {
     }
 }
 
+/// The start of the two trials below: a batch mirror copying from a writer of 100-record
+/// source batches, then its target's answers 3 s late (its wait 2 s: the batches land
+/// unanswered), then a second instance joining, which reaches the target directly.
+fn joined_with_answers_late(pair: &FaultyPair) -> (Bursts, Mirror, Mirror) {
+    let bursts = Bursts::start(pair.src(), 0);
+    let mut first = logged(
+        pair.mirror().copy_mode(CopyMode::Batches),
+        CopyMode::Batches,
+    )
+    .commit_ms(300)
+    .start();
+    wait_commits_past(pair, &mut first, 2000, Duration::from_secs(60));
+    pair.target_link.delay_answers(Duration::from_secs(3));
+    // Not a condition: rounds sent meanwhile land and go unanswered in time.
+    std::thread::sleep(Duration::from_secs(4));
+    let second = Endpoints::mirror(pair)
+        .copy_mode(CopyMode::Batches)
+        .commit_ms(300)
+        .start();
+    (bursts, first, second)
+}
+
 /// A batch whose Produce went unanswered in time (the target's answers 3 s late, the wait
 /// 2 s: it landed, unknown to the sender) is released to a second instance, which copies on;
 /// when that one stops, the partition comes back. The first instance's next batch there must
@@ -1005,22 +1027,7 @@ fn a_partition_back_after_a_release_with_an_answer_outstanding_loses_nothing_wit
     let _serial = one_at_a_time();
     let started = Instant::now();
     let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
-    let bursts = Bursts::start(pair.src(), 0);
-    let mut first = logged(
-        pair.mirror().copy_mode(CopyMode::Batches),
-        CopyMode::Batches,
-    )
-    .commit_ms(300)
-    .start();
-    wait_commits_past(&pair, &mut first, 2000, Duration::from_secs(60));
-    pair.target_link.delay_answers(Duration::from_secs(3));
-    // Not a condition: rounds sent meanwhile land and go unanswered in time.
-    std::thread::sleep(Duration::from_secs(4));
-    // The second instance reaches the target directly, unhindered.
-    let mut second = Endpoints::mirror(&pair)
-        .copy_mode(CopyMode::Batches)
-        .commit_ms(300)
-        .start();
+    let (bursts, mut first, mut second) = joined_with_answers_late(&pair);
     second.wait_for("the second instance's partitions", |m: &Mirror| {
         m.log().contains("assigned ") && m.log().contains("orders/")
     });
@@ -1059,21 +1066,7 @@ fn batches_unanswered_at_a_release_and_answered_within_it_are_committed_with_it_
     let _serial = one_at_a_time();
     let started = Instant::now();
     let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
-    let bursts = Bursts::start(pair.src(), 0);
-    let mut first = logged(
-        pair.mirror().copy_mode(CopyMode::Batches),
-        CopyMode::Batches,
-    )
-    .commit_ms(300)
-    .start();
-    wait_commits_past(&pair, &mut first, 2000, Duration::from_secs(60));
-    pair.target_link.delay_answers(Duration::from_secs(3));
-    // Not a condition: rounds sent meanwhile land and go unanswered in time.
-    std::thread::sleep(Duration::from_secs(4));
-    let mut second = Endpoints::mirror(&pair)
-        .copy_mode(CopyMode::Batches)
-        .commit_ms(300)
-        .start();
+    let (bursts, mut first, mut second) = joined_with_answers_late(&pair);
     first.wait_for_log(
         "unanswered by the target: sending",
         "the first instance's release sending its unanswered batches again",
