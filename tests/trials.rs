@@ -218,9 +218,17 @@ fn a_source_topic_that_disappears_is_dropped_and_picked_up_again() {
     wait_committed(&mut mirror, &clusters.src(), TOPIC, 2, 800);
     assert_eq!(mirror.stop().code(), Some(0));
     let c = clusters.compare();
-    assert!(c.is_exact() && c.source == 800, "{c:?}");
+    assert!(
+        c.is_exact() && c.source == 800,
+        "{c:?}\nlog:\n{}",
+        mirror.log()
+    );
     let other = compare_topic(&clusters.src(), &clusters.dst(), "orders.other", 2).unwrap();
-    assert!(other.is_exact() && other.source == 700, "{other:?}");
+    assert!(
+        other.is_exact() && other.source == 700,
+        "{other:?}\nlog:\n{}",
+        mirror.log()
+    );
     eprintln!("TRIAL topic-vanishes: a source topic unknown for a while was dropped and resumed, the other kept flowing; 1,500 records exact");
 }
 
