@@ -102,6 +102,13 @@ fn batches_sent_again(log: &str) -> usize {
     log.matches("sending the batch of source offsets").count()
 }
 
+/// Waits until the second instance of a trial has partitions of the topic assigned.
+fn wait_assigned(second: &mut Mirror) {
+    second.wait_for("the second instance's partitions", |m: &Mirror| {
+        m.log().contains("assigned ") && m.log().contains("orders/")
+    });
+}
+
 /// What a fault trial measured.
 struct Held {
     /// Committed 2 s into the fault (what was acknowledged before it settled).
@@ -1028,9 +1035,7 @@ fn a_partition_back_after_a_release_with_an_answer_outstanding_loses_nothing_wit
     let started = Instant::now();
     let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
     let (bursts, mut first, mut second) = joined_with_answers_late(&pair);
-    second.wait_for("the second instance's partitions", |m: &Mirror| {
-        m.log().contains("assigned ") && m.log().contains("orders/")
-    });
+    wait_assigned(&mut second);
     pair.target_link.heal();
     let before = committed_total(&pair.src(), TOPIC, PARTITIONS);
     wait_commits_past(&pair, &mut second, before + 2000, Duration::from_secs(60));
@@ -1072,9 +1077,7 @@ fn batches_unanswered_at_a_release_and_answered_within_it_are_committed_with_it_
         "the first instance's release sending its unanswered batches again",
     );
     pair.target_link.heal();
-    second.wait_for("the second instance's partitions", |m: &Mirror| {
-        m.log().contains("assigned ") && m.log().contains("orders/")
-    });
+    wait_assigned(&mut second);
     let before = committed_total(&pair.src(), TOPIC, PARTITIONS);
     wait_commits_past(&pair, &mut second, before + 2000, Duration::from_secs(60));
     let written = bursts.stop();
@@ -1208,9 +1211,7 @@ fn records_on_the_wire_at_a_release(mode: CopyMode) {
     }
     pair.target_link.reset_all();
     first.wait_for("the first instance's release", released);
-    second.wait_for("the second instance's partitions", |m: &Mirror| {
-        m.log().contains("assigned ") && m.log().contains("orders/")
-    });
+    wait_assigned(&mut second);
     let released_after = started.elapsed().as_secs_f64();
     // Only the second instance can commit: its copies are on the target.
     let before = committed_total(&pair.src(), TOPIC, PARTITIONS);

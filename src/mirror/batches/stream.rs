@@ -149,6 +149,13 @@ impl Part {
             })
             .unwrap_or(self.position)
     }
+
+    /// Whether its batch in flight may have been written though the target did not answer.
+    fn unanswered(&self) -> bool {
+        self.in_flight
+            .as_ref()
+            .is_some_and(|(q, _)| q.maybe_written)
+    }
 }
 
 /// What the batch engine holds for one stream: behind a lock shared by the loop and the
@@ -425,11 +432,7 @@ impl BatchContext {
         let wait = engine.producer.cluster.timeout() * 2;
         let unanswered = released
             .iter()
-            .filter(|(_, part)| {
-                part.in_flight
-                    .as_ref()
-                    .is_some_and(|(q, _)| q.maybe_written)
-            })
+            .filter(|(_, part)| part.unanswered())
             .count();
         if unanswered == 0 {
             return;
@@ -448,11 +451,7 @@ impl BatchContext {
             let pending: Vec<usize> = released
                 .iter()
                 .enumerate()
-                .filter(|(_, (_, part))| {
-                    part.in_flight
-                        .as_ref()
-                        .is_some_and(|(q, _)| q.maybe_written)
-                })
+                .filter(|(_, (_, part))| part.unanswered())
                 .map(|(n, _)| n)
                 .collect();
             if pending.is_empty() {
