@@ -193,9 +193,16 @@ pub struct KafkaResult {
     /// included).
     pub cpu_secs: f64,
     /// The CPU of the copy alone: from the first time records were seen on the target (polled
-    /// every 200 ms) to the last; start-up and group join excluded.
+    /// every 50 ms) to the last; start-up and group join excluded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steady_cpu: Option<SteadyCpu>,
+    /// The CPU of the second half of the backlog: from the first poll that finds at least half
+    /// of the records on the target to the last. A JVM has compiled its hot code by then (its
+    /// JIT threads are still counted apart), so this is the warmed-up figure. Not given when
+    /// the copy was too fast for the polls to see its half: a window of less than a quarter
+    /// of the backlog would be mostly the idle time until the last poll.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_half_cpu: Option<SteadyCpu>,
     pub peak_rss_kib: u64,
     /// The JVM's heap options (JVM contenders).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -408,6 +415,18 @@ fn stat_cpu(path: &str) -> anyhow::Result<f64> {
     let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
     // Clock ticks: the kernel's USER_HZ, 100 on Linux.
     Ok(ticks / 100.0)
+}
+
+/// How often a pass's target is polled for its records: the steady and second-half CPU
+/// windows start at a poll.
+const POLL_TARGET: Duration = Duration::from_millis(50);
+
+/// CPU seconds per million records of a window, with the JIT threads, or "-" when not measured.
+fn per_million(window: Option<SteadyCpu>) -> String {
+    match window {
+        Some(s) if s.records > 0 => format!("{:.2}", s.cpu_secs / s.records as f64 * 1e6),
+        _ => "-".to_owned(),
+    }
 }
 
 /// CPU seconds of a JVM's JIT compiler threads (`C1 CompilerThre…`, `C2 CompilerThre…`) that
@@ -695,6 +714,8 @@ impl<'a> Bench<'a> {
             let mut progress = (0, Instant::now());
             // CPU and records on the target when records were first seen there.
             let mut at_first: Option<(f64, f64, i64)> = None;
+            // The same when half of them were.
+            let mut at_half: Option<(f64, f64, i64)> = None;
             let (cpu_secs, peak_rss_kib, ends, jit_at_end) = loop {
                 if let Some(status) = child.try_wait()? {
                     bail!(
@@ -713,6 +734,9 @@ impl<'a> Bench<'a> {
                 if at_first.is_none() && total > 0 {
                     at_first = Some((proc_usage(pid)?.0, jit_cpu(pid), total));
                 }
+                if at_half.is_none() && 2 * total as u64 >= self.records {
+                    at_half = Some((proc_usage(pid)?.0, jit_cpu(pid), total));
+                }
                 if total != progress.0 {
                     progress = (total, Instant::now());
                 } else if progress.1.elapsed() > Duration::from_secs(120) {
@@ -723,10 +747,15 @@ impl<'a> Bench<'a> {
                         dir.join("log").display()
                     );
                 }
-                std::thread::sleep(Duration::from_millis(200));
+                std::thread::sleep(POLL_TARGET);
             };
             let (first, last) = first_and_last_append(&dst, TOPIC, &ends)?;
             let start = epoch_ms(spawned_at);
+            let since = |(cpu, jit, seen): (f64, f64, i64)| SteadyCpu {
+                cpu_secs: cpu_secs - cpu,
+                jit_secs: jit_at_end - jit,
+                records: self.records - seen as u64,
+            };
             let mut r = KafkaResult {
                 contender,
                 streams,
@@ -736,11 +765,10 @@ impl<'a> Bench<'a> {
                 total_secs: (last - start) as f64 / 1000.0,
                 first_record_secs: (first - start) as f64 / 1000.0,
                 cpu_secs,
-                steady_cpu: at_first.map(|(cpu, jit, seen)| SteadyCpu {
-                    cpu_secs: cpu_secs - cpu,
-                    jit_secs: jit_at_end - jit,
-                    records: self.records - seen as u64,
-                }),
+                steady_cpu: at_first.map(since),
+                second_half_cpu: at_half
+                    .filter(|&(_, _, seen)| 4 * (self.records - seen as u64) >= self.records)
+                    .map(since),
                 peak_rss_kib,
                 heap,
                 latency_p50_ms: None,
@@ -763,17 +791,15 @@ impl<'a> Bench<'a> {
                 .with_context(|| format!("checking the target after {}", contender.name()))?;
         }
         eprintln!(
-            "{:<13} streams={streams}: {:>9.0} records/s steady, {:>6.1} MB/s, {:>5.1} s total, first record after {:>5.1} s, {:>6.2} CPU s per million ({} steady), {:>6.1} MB per CPU s, peak RSS {:>5} MiB{}",
+            "{:<13} streams={streams}: {:>9.0} records/s steady, {:>6.1} MB/s, {:>5.1} s total, first record after {:>5.1} s, {:>6.2} CPU s per million ({} steady, {} second half), {:>6.1} MB per CPU s, peak RSS {:>5} MiB{}",
             contender.name(),
             r.records as f64 / r.steady_secs,
             r.bytes as f64 / r.steady_secs / 1e6,
             r.total_secs,
             r.first_record_secs,
             r.cpu_secs / r.records as f64 * 1e6,
-            match r.steady_cpu {
-                Some(s) if s.records > 0 => format!("{:.2}", s.cpu_secs / s.records as f64 * 1e6),
-                _ => "-".to_owned(),
-            },
+            per_million(r.steady_cpu),
+            per_million(r.second_half_cpu),
             r.bytes as f64 / 1e6 / r.cpu_secs.max(1e-9),
             r.peak_rss_kib / 1024,
             match (r.latency_p50_ms, r.latency_p99_ms) {
@@ -1313,6 +1339,7 @@ pub fn kafka_pass(a: &KafkaPassArgs) -> anyhow::Result<()> {
         first_record_secs: first.duration_since(started).as_secs_f64(),
         cpu_secs,
         steady_cpu: None,
+        second_half_cpu: None,
         peak_rss_kib,
         heap: None,
         latency_p50_ms: None,
