@@ -529,6 +529,16 @@ impl OutBatch {
         self.put_into(&mut buf);
         buf.freeze()
     }
+
+    /// The batch in one buffer to send, and itself with its records section now a part of
+    /// that buffer: it no longer holds the fetch answer it was cut from, whose buffer is then
+    /// free for the next answer (a queued batch would otherwise keep the whole answer alive
+    /// beside its own copy, for as long as it waits and is in flight).
+    pub(crate) fn detach(mut self) -> (OutBatch, Bytes) {
+        let bytes = self.to_bytes();
+        self.body = bytes.slice(HEADER_LEN..);
+        (self, bytes)
+    }
 }
 
 /// Why a batch is dropped rather than sent.

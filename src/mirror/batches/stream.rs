@@ -1023,7 +1023,7 @@ impl<'s> BatchStream<'s> {
                     engine
                         .producer
                         .advance(&part.target_topic, partition, out.records);
-                    let bytes = out.to_bytes();
+                    let (out, bytes) = out.detach();
                     let records = out.records;
                     part.queue.push_back(Step::Send(Queued {
                         out,

@@ -13,6 +13,7 @@
 //! wait together), and [`Connection::connect`] ends its handshake by one, so that a round over
 //! brokers that do not answer costs one timeout, not one per broker.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -141,15 +142,24 @@ pub(crate) struct Connection {
     renew_at: Option<Instant>,
     /// How long an answer may take (`request.timeout.ms`).
     timeout: Duration,
-    /// The buffer requests are encoded into, kept between requests: a Produce request is
-    /// megabytes, and a fresh allocation of that size each time is fresh pages, which the
-    /// kernel faults in and zeroes one by one (a third of the stream thread in a profile).
-    out: BytesMut,
-    /// The buffer answers are read into, kept for the same reason: each answer is split off
-    /// as `Bytes` (the batches of a Fetch answer are slices of it), and the next answer reuses
-    /// the allocation once nothing refers to the last one any more (otherwise it takes a new
-    /// one, as without it).
-    inbuf: BytesMut,
+}
+
+thread_local! {
+    /// The buffer every connection of this thread encodes its requests into and reads its
+    /// answers into, kept between them:
+    /// - a Produce request or a Fetch answer is megabytes, and a fresh allocation of that size
+    ///   each time is fresh pages, which the kernel faults in and zeroes one by one (a third
+    ///   of the stream thread in a profile);
+    /// - one buffer for all of them, not one per connection, because a stream uses its
+    ///   connections one after the other: a request is in the kernel once it is written, and
+    ///   the round's large Produce request (to the target) and large Fetch answer (from the
+    ///   source) then take turns in one allocation instead of holding two (4 MiB a stream
+    ///   with 4 partitions of 1 MB batches).
+    ///
+    /// Each answer is split off as `Bytes` (the batches of a Fetch answer are slices of it);
+    /// the next request or answer reuses the allocation once nothing refers to the last answer
+    /// any more, and takes a new one otherwise, as without it.
+    static SCRATCH: RefCell<BytesMut> = RefCell::new(BytesMut::new());
 }
 
 impl Connection {
@@ -214,8 +224,6 @@ impl Connection {
             sent: VecDeque::new(),
             renew_at: None,
             timeout,
-            out: BytesMut::new(),
-            inbuf: BytesMut::new(),
         };
         let request = ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str("mirror-maker"))
@@ -353,19 +361,20 @@ impl Connection {
             .compute_size(header_version)
             .and_then(|h| request.compute_size(version).map(|b| h + b))
             .map_err(codec)?;
-        let frame = &mut self.out;
-        frame.clear();
-        frame.reserve(4 + size);
-        frame.put_i32(i32::try_from(size).unwrap_or(i32::MAX));
-        header.encode(frame, header_version).map_err(codec)?;
-        request.encode(frame, version).map_err(codec)?;
-        self.stream
-            .write_all(&self.out)
-            .map_err(|source| WireError::Io {
-                broker: self.broker.clone(),
-                what: "cannot send a request",
-                source,
-            })?;
+        SCRATCH.with_borrow_mut(|frame| {
+            frame.clear();
+            frame.reserve(4 + size);
+            frame.put_i32(i32::try_from(size).unwrap_or(i32::MAX));
+            header.encode(frame, header_version).map_err(codec)?;
+            request.encode(frame, version).map_err(codec)?;
+            self.stream
+                .write_all(frame)
+                .map_err(|source| WireError::Io {
+                    broker: self.broker.clone(),
+                    what: "cannot send a request",
+                    source,
+                })
+        })?;
         self.sent.push_back(Sent {
             correlation,
             api_key: R::KEY,
@@ -412,13 +421,14 @@ impl Connection {
                 size: i64::from(size),
             });
         }
-        // Empty here: the last answer was split off. Reserving reclaims its allocation when
-        // nothing refers to it any more.
-        self.inbuf.clear();
-        self.inbuf.resize(size as usize, 0);
-        read_by(&mut self.stream, &mut self.inbuf, deadline)
-            .map_err(|e| io("the answer broke off", e))?;
-        let mut body: Bytes = self.inbuf.split().freeze();
+        // Growing the cleared buffer reclaims the allocation of the last answer split off
+        // when nothing refers to it any more.
+        let mut body: Bytes = SCRATCH.with_borrow_mut(|buf| {
+            buf.clear();
+            buf.resize(size as usize, 0);
+            read_by(&mut self.stream, buf, deadline).map_err(|e| io("the answer broke off", e))?;
+            Ok(buf.split().freeze())
+        })?;
         let codec = |e: anyhow::Error| WireError::Codec {
             broker: self.broker.clone(),
             api: api_name(R::KEY),

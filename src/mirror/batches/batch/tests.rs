@@ -223,6 +223,20 @@ fn copied_batch_keeps_the_records_section_byte_for_byte() {
 }
 
 #[test]
+fn detached_batch_lets_go_of_the_fetch_answer_it_was_cut_from() {
+    for codec in CODECS {
+        let answer = Source::new(codec, 500, 10).batch();
+        let outs = prepare(&only(answer.clone()), 500, UNLIMITED, STAMP).unwrap();
+        let (out, bytes) = outs.into_iter().next().unwrap().detach();
+        assert_eq!(&bytes[HEADER_LEN..], &answer[HEADER_LEN..], "{codec:?}");
+        assert_eq!(&out.body[..], &bytes[HEADER_LEN..], "{codec:?}");
+        // Nothing but `answer` itself refers to the answer's buffer any more: the connection
+        // reads the next answer into it.
+        assert!(answer.is_unique(), "{codec:?}");
+    }
+}
+
+#[test]
 fn copied_batch_carries_our_producer_stamp_and_a_valid_crc() {
     for codec in CODECS {
         let source = Source::new(codec, 500, 10).source_batch();
