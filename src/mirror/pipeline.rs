@@ -60,6 +60,9 @@ pub fn run(
     }
     if settings.batches {
         tracing::info!("copying record batches as they are (--copy.mode batches)");
+        if crate::native::malloc::keep_freed_buffers() {
+            tracing::debug!("malloc: freed batch buffers kept for the next ones");
+        }
         for line in batch_unapplied(settings) {
             tracing::warn!("{line}");
         }

@@ -10,11 +10,13 @@
 //!   IncrementalAlterConfigs (SET of named topic configs, for the topic-config sync),
 //!   DescribeAcls, CreateAcls and DeleteAcls on topic ACLs (for the ACL sync);
 //! - [`failpoint`]: a trial's named point where the process stops itself (SIGSTOP);
+//! - [`malloc`]: glibc's malloc thresholds for the batch engine's buffers;
 //! - [`NativePtr`]: the one owner type of a native handle, released once by its [`NativeDrop`];
 //! - [`host_name`]: the kernel's host name, without `/proc` (which `ProcSubset=pid` hides).
 
 pub mod admin;
 pub mod failpoint;
+pub mod malloc;
 pub mod produce;
 pub mod queue;
 pub mod record;
