@@ -7,8 +7,9 @@
 /// target acknowledged it. With glibc's defaults, a freed buffer that size is unmapped, or
 /// trimmed off its arena's top, and the next copy faults fresh zeroed pages in, one by one:
 /// copying uncompressed 1 KiB records (`mirror-bench`, 200,000 records, 16 partitions), the
-/// process took about 50,000 minor faults and 1.4–1.6 CPU s per million records; with
-/// these settings about 11,000 and 0.65–0.86, at the same peak RSS (49–54 MiB). The record
+/// process took about 50,000 minor faults and 1.3–1.9 CPU s per million records; with
+/// these settings about 11,000 and 0.65–0.90, at the same peak RSS (48–54 MiB; the passes in
+/// `docs/benchmark.md`, "After the run"). The record
 /// engine is left as it is: its peak RSS grew (215 → 268 MiB with 4 streams) and its CPU did
 /// not fall.
 ///

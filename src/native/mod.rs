@@ -1,6 +1,6 @@
-//! The FFI edge to librdkafka: every `unsafe` line of the crate except the plugin host
-//! ([`crate::plugin`]). What leaves this module is safe to use: raw pointers stay inside, and
-//! borrowed views carry the lifetime of their owner.
+//! The FFI edge to librdkafka and the C library: every `unsafe` line of the crate except the
+//! plugin host ([`crate::plugin`]). What leaves this module is safe to use: raw pointers stay
+//! inside, and borrowed views carry the lifetime of their owner.
 //!
 //! - [`queue`]: our own poll of the source consumer's queue, dispatching rebalances, commit
 //!   results, statistics, logs and errors to the consumer's context;
