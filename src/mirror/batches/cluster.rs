@@ -45,7 +45,9 @@ pub(crate) struct Cluster {
     bootstrap: Vec<String>,
     dial: Dial,
     brokers: HashMap<i32, String>,
-    connections: HashMap<i32, Connection>,
+    /// Per broker and lane: a Produce round goes out on up to
+    /// [`LANES`](super::producer::LANES) connections to a broker; everything else uses lane 0.
+    connections: HashMap<(i32, usize), Connection>,
     leaders: HashMap<(String, i32), (i32, i32)>,
     /// Topics the latest Metadata answer said do not exist (UNKNOWN_TOPIC_OR_PARTITION), and
     /// since when: a target topic deleted while running.
@@ -146,7 +148,7 @@ impl Cluster {
                 .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
                 .collect();
             self.connections
-                .retain(|id, c| self.brokers.get(id).is_some_and(|a| a == c.broker()));
+                .retain(|(id, _), c| self.brokers.get(id).is_some_and(|a| a == c.broker()));
             for t in &response.topics {
                 let Some(name) = &t.name else { continue };
                 let name = name.0.as_str().to_owned();
@@ -199,24 +201,26 @@ impl Cluster {
 
     /// The connection to a broker, made if there is none.
     pub(crate) fn connection(&mut self, broker: i32) -> Result<&mut Connection, ClusterError> {
-        self.connection_by(broker, Instant::now() + self.dial.timeout)
+        self.lane_by(broker, 0, Instant::now() + self.dial.timeout)
     }
 
-    /// As [`connection`](Self::connection), a new connection made by `deadline` or not at
-    /// all (a round connecting to several brokers waits for them together).
-    pub(crate) fn connection_by(
+    /// The connection of `lane` to a broker, a new one made by `deadline` or not at all (a
+    /// round connecting to several brokers and lanes waits for them together).
+    pub(crate) fn lane_by(
         &mut self,
         broker: i32,
+        lane: usize,
         deadline: Instant,
     ) -> Result<&mut Connection, ClusterError> {
+        let key = (broker, lane);
         if self
             .connections
-            .get(&broker)
+            .get(&key)
             .is_some_and(Connection::due_for_renewal)
         {
-            self.connections.remove(&broker);
+            self.connections.remove(&key);
         }
-        if !self.connections.contains_key(&broker) {
+        if !self.connections.contains_key(&key) {
             let address = self
                 .brokers
                 .get(&broker)
@@ -225,14 +229,20 @@ impl Cluster {
                     broker,
                 })?;
             let conn = Connection::connect(address, &self.dial, deadline)?;
-            self.connections.insert(broker, conn);
+            self.connections.insert(key, conn);
         }
-        Ok(self.connections.get_mut(&broker).expect("inserted above"))
+        Ok(self.connections.get_mut(&key).expect("inserted above"))
     }
 
-    /// Drops a broker's connection (after it failed, or with answers still owed to it).
+    /// Drops a broker's connections, every lane (after one failed, or with answers still
+    /// owed on it).
     pub(crate) fn drop_connection(&mut self, broker: i32) {
-        self.connections.remove(&broker);
+        self.connections.retain(|(b, _), _| *b != broker);
+    }
+
+    /// Drops one lane's connection to a broker (it failed, or an answer is still owed on it).
+    pub(crate) fn drop_lane(&mut self, broker: i32, lane: usize) {
+        self.connections.remove(&(broker, lane));
     }
 
     /// Any broker known, for requests that any broker answers (InitProducerId).

@@ -1,6 +1,8 @@
 //! Our idempotent producer: InitProducerId (no transactional id), a sequence per target
-//! partition from 0, `acks=-1`, one Produce request per target broker and round carrying the
-//! next batch of each of its partitions.
+//! partition from 0, `acks=-1`, rounds carrying the next batch of each partition: to each
+//! target broker up to [`LANES`] Produce requests of about equal bytes, each on a connection
+//! of its own (a Kafka broker works on one request of a connection at a time; on several
+//! connections its request handlers validate and append them at once).
 //!
 //! Order: **one batch in flight per partition** (this slice's choice). A round sends at most
 //! one batch per partition and reads every answer before the next round, so a retried batch
@@ -16,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest, ProducerId, TopicName};
+use kafka_protocol::messages::{
+    InitProducerIdRequest, ProduceRequest, ProduceResponse, ProducerId, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 
 use super::batch::{next_sequence, Stamp};
@@ -73,6 +77,11 @@ pub(crate) struct BatchProducer {
 
 /// A budget that has grown back to this is lifted.
 const UNBOUNDED_FROM: usize = 64 << 20;
+
+/// The most Produce requests (and connections) one round sends a target broker: within
+/// Kafka's default `num.io.threads` (8). One stream's steady rate rose 1.15 times from one
+/// lane to four on 16 partitions of 1 KiB records (docs/benchmark.md, Lanes).
+pub(crate) const LANES: usize = 4;
 
 impl BatchProducer {
     /// A producer for the target `props` points at, with a producer id of its own.
@@ -204,58 +213,64 @@ impl BatchProducer {
             members.retain(|&n| outcomes[n].is_none());
             round_bytes.insert(*broker, bytes);
         }
-        // Send to every broker, then read every answer: connections made within one timeout,
-        // answers awaited within one more, for all brokers together.
+        // Send every lane of every broker, then read every answer: connections made within one
+        // timeout, answers awaited within one more, for all brokers together.
         let connect_by = Instant::now() + self.cluster.timeout();
-        let mut sent: Vec<(i32, &Vec<usize>)> = Vec::new();
+        let mut sent: Vec<(i32, usize, Vec<usize>)> = Vec::new();
         for (broker, members) in &by_broker {
-            let request = self.request(items, members);
-            let result = self
-                .cluster
-                .connection_by(*broker, connect_by)
-                .map_err(|e| e.to_string())
-                .and_then(|c| c.send(&request).map_err(|e| e.to_string()));
-            match result {
-                Ok(()) => sent.push((*broker, members)),
-                Err(reason) => {
-                    self.cluster.drop_connection(*broker);
-                    refresh = true;
-                    for &n in members {
-                        outcomes[n] = Some(Outcome::Retry {
-                            reason: reason.clone(),
-                            // An unfinished frame is never read.
-                            maybe_written: false,
-                        });
+            let sizes: Vec<usize> = members.iter().map(|&n| items[n].batch.len()).collect();
+            for (lane, picked) in split_lanes(&sizes, LANES).into_iter().enumerate() {
+                let members: Vec<usize> = picked.into_iter().map(|k| members[k]).collect();
+                let request = self.request(items, &members);
+                let result = self
+                    .cluster
+                    .lane_by(*broker, lane, connect_by)
+                    .map_err(|e| e.to_string())
+                    .and_then(|c| c.send(&request).map_err(|e| e.to_string()));
+                match result {
+                    Ok(()) => sent.push((*broker, lane, members)),
+                    Err(reason) => {
+                        self.cluster.drop_lane(*broker, lane);
+                        refresh = true;
+                        for &n in &members {
+                            outcomes[n] = Some(Outcome::Retry {
+                                reason: reason.clone(),
+                                // An unfinished frame is never read.
+                                maybe_written: false,
+                            });
+                        }
                     }
                 }
             }
         }
         let waited_from = Instant::now();
         let answers_by = waited_from + self.cluster.timeout();
-        for (broker, members) in sent {
+        // Per broker, over its lanes: whether one went unanswered within the wait, and the
+        // slowest answer; its budget learns from the whole round.
+        let mut late: HashMap<i32, bool> = HashMap::new();
+        let mut slowest: HashMap<i32, Duration> = HashMap::new();
+        for (broker, lane, members) in sent {
             let answer = self
                 .cluster
-                .connection(broker)
+                .lane_by(broker, lane, answers_by)
                 .map_err(|e| (e.to_string(), false))
                 .and_then(|c| {
                     c.receive_by::<ProduceRequest>(answers_by)
                         .map_err(|e| (e.to_string(), e.timed_out()))
                 });
-            let bytes = round_bytes.get(&broker).copied().unwrap_or(0);
             let response = match answer {
                 Ok(r) => {
-                    self.answered(broker, waited_from.elapsed());
+                    let took = slowest.entry(broker).or_default();
+                    *took = (*took).max(waited_from.elapsed());
                     r
                 }
                 Err((reason, timed_out)) => {
-                    if timed_out {
-                        self.unanswered(broker, bytes, members.len());
-                    }
+                    *late.entry(broker).or_default() |= timed_out;
                     // The batches may or may not have landed: sent again with the same
                     // sequences, the target keeps one copy.
-                    self.cluster.drop_connection(broker);
+                    self.cluster.drop_lane(broker, lane);
                     refresh = true;
-                    for &n in members {
+                    for &n in &members {
                         outcomes[n] = Some(Outcome::Retry {
                             reason: reason.clone(),
                             maybe_written: true,
@@ -264,70 +279,14 @@ impl BatchProducer {
                     continue;
                 }
             };
-            for topic in &response.responses {
-                let name = topic.name.0.as_str();
-                for p in &topic.partition_responses {
-                    let Some(&n) = members
-                        .iter()
-                        .find(|&&n| items[n].topic == name && items[n].partition == p.index)
-                    else {
-                        continue;
-                    };
-                    let outcome = match p.error_code {
-                        0 => Outcome::Acked {
-                            base_offset: p.base_offset,
-                        },
-                        // DUPLICATE_SEQUENCE_NUMBER: a retry of a batch the target has.
-                        46 => Outcome::Acked { base_offset: -1 },
-                        code if leader_moved(code) || retriable(code) => {
-                            refresh |= leader_moved(code);
-                            Outcome::Retry {
-                                reason: error_name(code),
-                                // REQUEST_TIMED_OUT (the broker's own wait for its replicas)
-                                // and NOT_ENOUGH_REPLICAS_AFTER_APPEND: appended, not replicated.
-                                maybe_written: matches!(code, 7 | 20),
-                            }
-                        }
-                        45 => Outcome::Refused {
-                            code: error_name(45),
-                            message: format!(
-                                "the target is missing a batch before this one of target \
-                                 {name}/{} (sequence gap); it is not skipped: restart the \
-                                 mirror, it copies from the last commit",
-                                p.index
-                            ),
-                        },
-                        // TOPIC_AUTHORIZATION_FAILED: what is missing, and what to do, as the
-                        // record engine says it.
-                        29 => Outcome::Refused {
-                            code: error_name(29),
-                            message: format!(
-                                "the target cluster does not allow the mirror's principal (the \
-                                 producer's credentials: its sasl.username or its \
-                                 certificate's subject) to WRITE to target topic {name}: \
-                                 grant it WRITE on topic {name}, e.g. kafka-acls --add \
-                                 --allow-principal User:NAME --operation Write --topic {name}"
-                            ),
-                        },
-                        code => Outcome::Refused {
-                            code: error_name(code),
-                            message: p
-                                .error_message
-                                .as_ref()
-                                .map(|m| m.as_str().to_owned())
-                                .unwrap_or_default(),
-                        },
-                    };
-                    outcomes[n] = Some(outcome);
-                }
-            }
-            for &n in members {
-                if outcomes[n].is_none() {
-                    outcomes[n] = Some(Outcome::Retry {
-                        reason: "the answer did not name this partition".to_owned(),
-                        maybe_written: true,
-                    });
-                }
+            self.read_answer(items, &members, &response, &mut outcomes, &mut refresh);
+        }
+        for (broker, members) in &by_broker {
+            if late.get(broker).copied().unwrap_or(false) {
+                let bytes = round_bytes.get(broker).copied().unwrap_or(0);
+                self.unanswered(*broker, bytes, members.len());
+            } else if let Some(took) = slowest.get(broker) {
+                self.answered(*broker, *took);
             }
         }
         if refresh {
@@ -347,6 +306,82 @@ impl BatchProducer {
                 })
             })
             .collect()
+    }
+
+    /// The outcome of each batch of one Produce request (`members` of `items`) from its answer.
+    fn read_answer(
+        &self,
+        items: &[RoundItem<'_>],
+        members: &[usize],
+        response: &ProduceResponse,
+        outcomes: &mut [Option<Outcome>],
+        refresh: &mut bool,
+    ) {
+        for topic in &response.responses {
+            let name = topic.name.0.as_str();
+            for p in &topic.partition_responses {
+                let Some(&n) = members
+                    .iter()
+                    .find(|&&n| items[n].topic == name && items[n].partition == p.index)
+                else {
+                    continue;
+                };
+                let outcome = match p.error_code {
+                    0 => Outcome::Acked {
+                        base_offset: p.base_offset,
+                    },
+                    // DUPLICATE_SEQUENCE_NUMBER: a retry of a batch the target has.
+                    46 => Outcome::Acked { base_offset: -1 },
+                    code if leader_moved(code) || retriable(code) => {
+                        *refresh |= leader_moved(code);
+                        Outcome::Retry {
+                            reason: error_name(code),
+                            // REQUEST_TIMED_OUT (the broker's own wait for its replicas)
+                            // and NOT_ENOUGH_REPLICAS_AFTER_APPEND: appended, not replicated.
+                            maybe_written: matches!(code, 7 | 20),
+                        }
+                    }
+                    45 => Outcome::Refused {
+                        code: error_name(45),
+                        message: format!(
+                            "the target is missing a batch before this one of target \
+                                 {name}/{} (sequence gap); it is not skipped: restart the \
+                                 mirror, it copies from the last commit",
+                            p.index
+                        ),
+                    },
+                    // TOPIC_AUTHORIZATION_FAILED: what is missing, and what to do, as the
+                    // record engine says it.
+                    29 => Outcome::Refused {
+                        code: error_name(29),
+                        message: format!(
+                            "the target cluster does not allow the mirror's principal (the \
+                                 producer's credentials: its sasl.username or its \
+                                 certificate's subject) to WRITE to target topic {name}: \
+                                 grant it WRITE on topic {name}, e.g. kafka-acls --add \
+                                 --allow-principal User:NAME --operation Write --topic {name}"
+                        ),
+                    },
+                    code => Outcome::Refused {
+                        code: error_name(code),
+                        message: p
+                            .error_message
+                            .as_ref()
+                            .map(|m| m.as_str().to_owned())
+                            .unwrap_or_default(),
+                    },
+                };
+                outcomes[n] = Some(outcome);
+            }
+        }
+        for &n in members {
+            if outcomes[n].is_none() {
+                outcomes[n] = Some(Outcome::Retry {
+                    reason: "the answer did not name this partition".to_owned(),
+                    maybe_written: true,
+                });
+            }
+        }
     }
 
     /// A Produce of `bytes` (`batches` batches) to `broker` went unanswered within the wait:
@@ -413,7 +448,64 @@ impl BatchProducer {
     }
 }
 
+/// Splits a broker's round (the batches' sizes) into at most `lanes` requests of about equal
+/// bytes: the largest batch first, each into the lightest request so far. Indices into
+/// `sizes`, ascending within a request; no request is empty.
+fn split_lanes(sizes: &[usize], lanes: usize) -> Vec<Vec<usize>> {
+    let lanes = lanes.clamp(1, sizes.len().max(1));
+    let mut order: Vec<usize> = (0..sizes.len()).collect();
+    order.sort_by_key(|&k| std::cmp::Reverse(sizes[k]));
+    let mut split: Vec<(usize, Vec<usize>)> = vec![(0, Vec::new()); lanes];
+    for k in order {
+        let lightest = split
+            .iter_mut()
+            .min_by_key(|(bytes, _)| *bytes)
+            .expect("at least one lane");
+        lightest.0 += sizes[k];
+        lightest.1.push(k);
+    }
+    split
+        .into_iter()
+        .filter(|(_, picked)| !picked.is_empty())
+        .map(|(_, mut picked)| {
+            picked.sort_unstable();
+            picked
+        })
+        .collect()
+}
+
 /// Errors the protocol calls retriable, for a Produce.
 fn retriable(code: i16) -> bool {
     kafka_protocol::error::ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_is_split_into_lanes_of_about_equal_bytes() {
+        let sizes = [900, 100, 500, 400, 300, 300, 200, 100];
+        let split = split_lanes(&sizes, 4);
+        assert_eq!(split.len(), 4);
+        let bytes: Vec<usize> = split
+            .iter()
+            .map(|lane| lane.iter().map(|&k| sizes[k]).sum())
+            .collect();
+        assert_eq!(bytes.iter().sum::<usize>(), 2800);
+        assert!(
+            bytes.iter().max().unwrap() - bytes.iter().min().unwrap() <= 300,
+            "{bytes:?}"
+        );
+        let mut all: Vec<usize> = split.concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..sizes.len()).collect::<Vec<_>>(), "each batch once");
+    }
+
+    #[test]
+    fn a_round_of_fewer_batches_than_lanes_has_one_request_a_batch() {
+        assert_eq!(split_lanes(&[10, 20], 4), vec![vec![1], vec![0]]);
+        assert_eq!(split_lanes(&[10], 4), vec![vec![0]]);
+        assert!(split_lanes(&[], 4).is_empty());
+    }
 }
