@@ -198,9 +198,9 @@ const DEFAULT_QUEUE_KBYTES: usize = 64 * 1024;
 /// among them: the consumers' prefetch (`queued.max.messages.kbytes`, librdkafka's default is
 /// 64 MiB per consumer) and the bytes sent and not yet acknowledged. Per stream, these used
 /// to be fixed (64 MiB of prefetch and 32 MiB in flight), so memory grew by 40-70 MiB a
-/// stream; split, 4 streams of 1 KiB records peak at 146-150 MiB instead of 271-285 with no
-/// loss of throughput (docs/benchmark.md, Memory). The producer's queue itself stays 64 MiB
-/// per stream, so a record up to that size still fits in it.
+/// stream; split, 4 streams of 1 KiB records peaked at 147-153 MiB instead of 340-348 with no
+/// loss of throughput (docs/benchmark.md, "Later still"). The producer's queue itself stays
+/// 64 MiB per stream, so a record up to that size still fits in it.
 const PREFETCH_BUDGET_KBYTES: usize = 32 * 1024;
 const IN_FLIGHT_BUDGET_BYTES: usize = 16 * 1024 * 1024;
 /// The least any stream gets of those budgets, however many streams there are.
