@@ -800,21 +800,7 @@ mod tests {
     use super::*;
 
     fn settings(producer_extra: &[(&str, &str)]) -> Settings {
-        let consumer = ClientProps::from_pairs(
-            Role::Consumer,
-            "c.toml",
-            [("bootstrap.servers", "x:1"), ("group.id", "g")],
-        );
-        let mut pairs = vec![("bootstrap.servers", "y:1")];
-        pairs.extend_from_slice(producer_extra);
-        let producer = ClientProps::from_pairs(Role::Producer, "p.toml", pairs);
-        Settings::new(
-            consumer,
-            producer,
-            TopicFilter::new("t").unwrap(),
-            SettingsOptions::default(),
-        )
-        .unwrap()
+        with_streams(defaults::NUM_STREAMS as usize, &[], producer_extra)
     }
 
     fn with_streams(

@@ -279,7 +279,7 @@ impl BatchProducer {
                     continue;
                 }
             };
-            self.read_answer(items, &members, &response, &mut outcomes, &mut refresh);
+            Self::read_answer(items, &members, &response, &mut outcomes, &mut refresh);
         }
         for (broker, members) in &by_broker {
             if late.get(broker).copied().unwrap_or(false) {
@@ -310,7 +310,6 @@ impl BatchProducer {
 
     /// The outcome of each batch of one Produce request (`members` of `items`) from its answer.
     fn read_answer(
-        &self,
         items: &[RoundItem<'_>],
         members: &[usize],
         response: &ProduceResponse,
@@ -345,8 +344,8 @@ impl BatchProducer {
                         code: error_name(45),
                         message: format!(
                             "the target is missing a batch before this one of target \
-                                 {name}/{} (sequence gap); it is not skipped: restart the \
-                                 mirror, it copies from the last commit",
+                             {name}/{} (sequence gap); it is not skipped: restart the \
+                             mirror, it copies from the last commit",
                             p.index
                         ),
                     },
@@ -356,10 +355,10 @@ impl BatchProducer {
                         code: error_name(29),
                         message: format!(
                             "the target cluster does not allow the mirror's principal (the \
-                                 producer's credentials: its sasl.username or its \
-                                 certificate's subject) to WRITE to target topic {name}: \
-                                 grant it WRITE on topic {name}, e.g. kafka-acls --add \
-                                 --allow-principal User:NAME --operation Write --topic {name}"
+                             producer's credentials: its sasl.username or its \
+                             certificate's subject) to WRITE to target topic {name}: \
+                             grant it WRITE on topic {name}, e.g. kafka-acls --add \
+                             --allow-principal User:NAME --operation Write --topic {name}"
                         ),
                     },
                     code => Outcome::Refused {
