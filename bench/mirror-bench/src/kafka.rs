@@ -214,6 +214,74 @@ pub struct KafkaResult {
     pub latency_p99_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_records: Option<u64>,
+    /// The machine's and the two brokers' CPU over the copy (the steady window; for a limit,
+    /// its whole run): on a small machine the brokers can be what bounds a pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brokers_cpu: Option<BrokersCpu>,
+}
+
+/// CPU seconds spent by the source and target brokers, and by the whole machine, over one
+/// window of a pass.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct BrokersCpu {
+    pub window_secs: f64,
+    pub source_secs: f64,
+    pub target_secs: f64,
+    /// Every process's CPU on the machine (all cores): `/proc/stat` minus idle and iowait.
+    pub machine_secs: f64,
+}
+
+/// CPU seconds so far: the source's brokers, the target's, and the machine's busy time.
+#[derive(Clone, Copy)]
+struct CpuMark {
+    at: Instant,
+    source: f64,
+    target: f64,
+    machine: f64,
+}
+
+impl CpuMark {
+    fn now(source: &KafkaCluster, target: &KafkaCluster) -> CpuMark {
+        let sum = |c: &KafkaCluster| {
+            c.pids()
+                .iter()
+                .filter_map(|pid| stat_cpu(&format!("/proc/{pid}/stat")).ok())
+                .sum()
+        };
+        CpuMark {
+            at: Instant::now(),
+            source: sum(source),
+            target: sum(target),
+            machine: machine_busy_secs().unwrap_or(0.0),
+        }
+    }
+
+    fn until(self, end: CpuMark) -> BrokersCpu {
+        BrokersCpu {
+            window_secs: end.at.duration_since(self.at).as_secs_f64(),
+            source_secs: end.source - self.source,
+            target_secs: end.target - self.target,
+            machine_secs: end.machine - self.machine,
+        }
+    }
+}
+
+/// Busy CPU seconds of the whole machine since boot (all cores): the first line of
+/// `/proc/stat` without its idle and iowait ticks.
+fn machine_busy_secs() -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let ticks: Vec<f64> = stat
+        .lines()
+        .next()
+        .context("an empty /proc/stat")?
+        .split_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let idle = ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0);
+    // Guest time is counted in user time already.
+    let busy: f64 = ticks.iter().take(8).sum::<f64>() - idle;
+    Ok(busy / 100.0)
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -703,10 +771,12 @@ impl<'a> Bench<'a> {
         let result = (|| -> anyhow::Result<KafkaResult> {
             if !contender.copies() {
                 // The limits measure themselves and exit.
+                let started = CpuMark::now(&self.source, &self.target);
                 let out = wait_output(&mut child, &dir, Duration::from_secs(600))?;
                 let mut r: KafkaResult = serde_json::from_str(out.trim())
                     .with_context(|| format!("{} printed {out:?}", contender.name()))?;
                 r.streams = streams;
+                r.brokers_cpu = Some(started.until(CpuMark::now(&self.source, &self.target)));
                 return Ok(r);
             }
             // Wait for the whole backlog on the target.
@@ -716,6 +786,8 @@ impl<'a> Bench<'a> {
             let mut at_first: Option<(f64, f64, i64)> = None;
             // The same when half of them were.
             let mut at_half: Option<(f64, f64, i64)> = None;
+            // The brokers' and the machine's CPU from then on.
+            let mut brokers_at_first: Option<CpuMark> = None;
             let (cpu_secs, peak_rss_kib, ends, jit_at_end) = loop {
                 if let Some(status) = child.try_wait()? {
                     bail!(
@@ -733,6 +805,7 @@ impl<'a> Bench<'a> {
                 }
                 if at_first.is_none() && total > 0 {
                     at_first = Some((proc_usage(pid)?.0, jit_cpu(pid), total));
+                    brokers_at_first = Some(CpuMark::now(&self.source, &self.target));
                 }
                 if at_half.is_none() && 2 * total as u64 >= self.records {
                     at_half = Some((proc_usage(pid)?.0, jit_cpu(pid), total));
@@ -774,6 +847,8 @@ impl<'a> Bench<'a> {
                 latency_p50_ms: None,
                 latency_p99_ms: None,
                 latency_records: None,
+                brokers_cpu: brokers_at_first
+                    .map(|m| m.until(CpuMark::now(&self.source, &self.target))),
             };
             if latency {
                 let lat = self.latency(&lat_topic, &mut child)?;
@@ -791,7 +866,7 @@ impl<'a> Bench<'a> {
                 .with_context(|| format!("checking the target after {}", contender.name()))?;
         }
         eprintln!(
-            "{:<13} streams={streams}: {:>9.0} records/s steady, {:>6.1} MB/s, {:>5.1} s total, first record after {:>5.1} s, {:>6.2} CPU s per million ({} steady, {} second half), {:>6.1} MB per CPU s, peak RSS {:>5} MiB{}",
+            "{:<13} streams={streams}: {:>9.0} records/s steady, {:>6.1} MB/s, {:>5.1} s total, first record after {:>5.1} s, {:>6.2} CPU s per million ({} steady, {} second half), {:>6.1} MB per CPU s, peak RSS {:>5} MiB{}{}",
             contender.name(),
             r.records as f64 / r.steady_secs,
             r.bytes as f64 / r.steady_secs / 1e6,
@@ -804,6 +879,16 @@ impl<'a> Bench<'a> {
             r.peak_rss_kib / 1024,
             match (r.latency_p50_ms, r.latency_p99_ms) {
                 (Some(a), Some(b)) => format!(", latency p50 {a:.0} ms p99 {b:.0} ms"),
+                _ => String::new(),
+            },
+            match r.brokers_cpu {
+                Some(b) if b.window_secs > 0.0 => format!(
+                    "; cores busy over the copy: source broker {:.2}, target broker {:.2}, \
+                     machine {:.2}",
+                    b.source_secs / b.window_secs,
+                    b.target_secs / b.window_secs,
+                    b.machine_secs / b.window_secs
+                ),
                 _ => String::new(),
             }
         );
@@ -1345,6 +1430,7 @@ pub fn kafka_pass(a: &KafkaPassArgs) -> anyhow::Result<()> {
         latency_p50_ms: None,
         latency_p99_ms: None,
         latency_records: None,
+        brokers_cpu: None,
     };
     println!("{}", serde_json::to_string(&r)?);
     std::io::stdout().flush()?;

@@ -1,7 +1,8 @@
 //! The benchmark's harness keeps working: `mirror-bench --brokers kafka` with a tiny backlog
 //! runs every contender (the limits, this mirror with records and with batches, MirrorMaker 1
 //! default and tuned, MirrorMaker 2, the batched loop) on Apache Kafka, checks each target and
-//! writes a result line. Nothing is timed here: the figures of so small a run mean nothing.
+//! writes a result line, the brokers' CPU beside each pass. Nothing is timed here: the figures
+//! of so small a run mean nothing.
 
 use std::path::Path;
 use std::process::Command;
@@ -76,8 +77,31 @@ fn every_contender_mirrors_a_small_backlog_on_kafka() {
     );
     for r in run["results"].as_array().expect("results") {
         assert_eq!(r["records"], 3000, "{r}");
-        if r["contender"] != "consume-only" && r["contender"] != "produce-only" {
+        let limit = r["contender"] == "consume-only" || r["contender"] == "produce-only";
+        if !limit {
             assert_eq!(r["latency_records"], 100, "{r}");
+        }
+        // The brokers' CPU over the copy: always for a limit (its whole run); for a mirror
+        // only when a poll saw its records arrive, which so small a backlog may not give.
+        let cpu = &r["brokers_cpu"];
+        if limit {
+            assert!(
+                cpu.is_object(),
+                "a limit's result without its brokers' CPU: {r}"
+            );
+        }
+        if cpu.is_object() {
+            let secs = |k: &str| cpu[k].as_f64().unwrap_or_else(|| panic!("{k} in {cpu}"));
+            assert!(secs("window_secs") > 0.0, "{r}");
+            assert!(
+                secs("source_secs") >= 0.0 && secs("target_secs") >= 0.0,
+                "{r}"
+            );
+            // The machine's busy time includes the brokers' (ticks are 10 ms: some slack).
+            assert!(
+                secs("machine_secs") + 0.05 >= secs("source_secs") + secs("target_secs"),
+                "the machine was busy for less than its two brokers: {r}"
+            );
         }
     }
 }
