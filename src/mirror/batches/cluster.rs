@@ -52,6 +52,8 @@ pub(crate) struct Cluster {
     /// Topics the latest Metadata answer said do not exist (UNKNOWN_TOPIC_OR_PARTITION), and
     /// since when: a target topic deleted while running.
     missing_since: HashMap<String, Instant>,
+    /// How many partitions each topic has, as the latest Metadata answer for it said.
+    partition_counts: HashMap<String, i32>,
 }
 
 impl Cluster {
@@ -95,6 +97,7 @@ impl Cluster {
             connections: HashMap::new(),
             leaders: HashMap::new(),
             missing_since: HashMap::new(),
+            partition_counts: HashMap::new(),
         })
     }
 
@@ -159,12 +162,15 @@ impl Cluster {
                         error_name(t.error_code)
                     );
                     self.leaders.retain(|(topic, _), _| *topic != name);
+                    self.partition_counts.remove(&name);
                     if t.error_code == UNKNOWN_TOPIC_OR_PARTITION {
                         self.missing_since.entry(name).or_insert_with(Instant::now);
                     }
                     continue;
                 }
                 self.missing_since.remove(&name);
+                self.partition_counts
+                    .insert(name.clone(), t.partitions.len() as i32);
                 for p in &t.partitions {
                     let key = (name.clone(), p.partition_index);
                     if p.error_code == 0 && p.leader_id.0 >= 0 {
@@ -187,6 +193,14 @@ impl Cluster {
     /// asked for).
     pub(crate) fn missing_since(&self, topic: &str) -> Option<Instant> {
         self.missing_since.get(topic).copied()
+    }
+
+    /// Whether the latest Metadata answer for `topic` listed fewer partitions than
+    /// `partition + 1`: the topic exists but has no such partition (not merely no leader).
+    pub(crate) fn lacks_partition(&self, topic: &str, partition: i32) -> bool {
+        self.partition_counts
+            .get(topic)
+            .is_some_and(|count| partition >= *count)
     }
 
     /// How long one request may take (`request.timeout.ms`).

@@ -551,8 +551,12 @@ pub(crate) struct BatchStream<'s> {
     /// When each target topic found missing while running was last made again.
     targets_made: RefCell<HashMap<String, Instant>>,
     /// How long a target topic may be missing before its batches fail, without
-    /// `--create.topics`: the producer's `topic.metadata.propagation.max.ms`.
+    /// `--create.topics`, and a target partition in any case: the producer's
+    /// `topic.metadata.propagation.max.ms`.
     propagation_limit: Duration,
+    /// Partitions whose target topic has no such partition, since their first batch was
+    /// refused for it.
+    absent_since: RefCell<HashMap<Partition, Instant>>,
 }
 
 impl<'s> BatchStream<'s> {
@@ -647,6 +651,7 @@ impl<'s> BatchStream<'s> {
                 .map_or(DEFAULT_OBSERVE_INTERVAL, Duration::from_millis),
             targets_made: RefCell::default(),
             propagation_limit: crate::mirror::metadata::propagation_limit(&settings.producer),
+            absent_since: RefCell::default(),
         })
     }
 
@@ -1107,19 +1112,26 @@ impl<'s> BatchStream<'s> {
         let mut retries = 0;
         // Partitions retried because their target topic is gone, by target topic.
         let mut missing: Vec<(String, Instant, Vec<Partition>)> = Vec::new();
+        // Partitions retried because their target topic has no such partition.
+        let mut absent: Vec<Partition> = Vec::new();
         for (key, outcome) in keys.iter().zip(outcomes) {
             let part = engine.parts.get_mut(key).expect("kept during the round");
-            if let (Outcome::Retry { .. }, Some(since)) = (
-                &outcome,
-                engine.producer.cluster.missing_since(&part.target_topic),
-            ) {
-                match missing.iter_mut().find(|(t, ..)| *t == part.target_topic) {
-                    Some((_, _, keys)) => keys.push(key.clone()),
-                    None => missing.push((part.target_topic.clone(), since, vec![key.clone()])),
+            if let Outcome::Retry { .. } = &outcome {
+                let cluster = &engine.producer.cluster;
+                if let Some(since) = cluster.missing_since(&part.target_topic) {
+                    match missing.iter_mut().find(|(t, ..)| *t == part.target_topic) {
+                        Some((_, _, keys)) => keys.push(key.clone()),
+                        None => missing.push((part.target_topic.clone(), since, vec![key.clone()])),
+                    }
+                } else if cluster.lacks_partition(&part.target_topic, key.1) {
+                    absent.push(key.clone());
                 }
             }
             match outcome {
                 Outcome::Acked { base_offset } => {
+                    if !self.absent_since.borrow().is_empty() {
+                        self.absent_since.borrow_mut().remove(key);
+                    }
                     let (q, ticket) = part.in_flight.take().expect("sent");
                     self.acked(key, &part.target_topic, &q.out, ticket, base_offset);
                     self.settle(key, part);
@@ -1162,6 +1174,11 @@ impl<'s> BatchStream<'s> {
         }
         for (target_topic, since, keys) in missing {
             if !self.target_missing(engine, &target_topic, since, &keys) {
+                return false;
+            }
+        }
+        for key in absent {
+            if !self.target_partition_absent(engine, &key) {
                 return false;
             }
         }
@@ -1246,6 +1263,67 @@ impl<'s> BatchStream<'s> {
         if let Err(e) = engine.producer.cluster.refresh(&[target_topic]) {
             tracing::debug!("target metadata: {e}");
         }
+        true
+    }
+
+    /// A batch retried because its target topic has no such partition (fewer partitions than
+    /// the source, and nothing growing it): tried again, the topic's metadata asked for again
+    /// with each round, until `topic.metadata.propagation.max.ms` after the first refusal; then
+    /// a send failure naming the topic and the partition, as the record engine's. A partition
+    /// that exists but has no leader is not this: it waits. Returns `false` when the stream
+    /// stops at it (abort mode).
+    fn target_partition_absent(&self, engine: &mut Engine, key: &Partition) -> bool {
+        let since = *self
+            .absent_since
+            .borrow_mut()
+            .entry(key.clone())
+            .or_insert_with(|| {
+                tracing::info!(
+                    stream = self.stream,
+                    "target topic {} has no partition {} (yet): the batch of source offsets {} \
+                     on is sent again, the topic's metadata asked for again, for up to {:?} \
+                     (topic.metadata.propagation.max.ms)",
+                    engine.parts[key].target_topic,
+                    key.1,
+                    engine.parts[key]
+                        .in_flight
+                        .as_ref()
+                        .map_or(0, |(q, _)| q.out.first_source_offset),
+                    self.propagation_limit
+                );
+                Instant::now()
+            });
+        let after = since.elapsed();
+        if after < self.propagation_limit {
+            return true;
+        }
+        // A later batch of the partition starts a new wait (the topic may have grown by then).
+        self.absent_since.borrow_mut().remove(key);
+        let part = engine.parts.get_mut(key).expect("kept during the round");
+        let Some((q, ticket)) = part.in_flight.take() else {
+            return true;
+        };
+        let message = format!(
+            "the target topic {} has no partition {}, still after asking for its metadata for \
+             {after:.0?} (the producer's topic.metadata.propagation.max.ms is {:?}): \
+             --partitioning preserve needs at least as many partitions on the target as on the \
+             source; add partitions to the target topic (or let the mirror make and grow it, \
+             --create.topics)",
+            part.target_topic, key.1, self.propagation_limit
+        );
+        self.refused(
+            key,
+            &part.target_topic,
+            &q.out,
+            ticket,
+            "UnknownPartition",
+            &message,
+        );
+        if self.settings.options.abort_on_send_failure {
+            part.queue.clear();
+            return false;
+        }
+        self.settle(key, part);
         true
     }
 
