@@ -503,9 +503,9 @@ struct SyncOutcome {
     /// topic that does not exist.
     mixed: TranslateRun,
     no_mapping_topic: TranslateRun,
-    /// `translate --apply` of the group of a hash-partitioned mirror, and its target offsets.
-    hashed: TranslateRun,
-    hashed_after_apply: Vec<i64>,
+    /// `translate --apply` of the group of a hash-partitioned mirror, and its target offsets
+    /// (the record engine's scenario only).
+    hashed: Option<(TranslateRun, Vec<i64>)>,
 }
 
 impl Failover {
@@ -532,17 +532,23 @@ impl Failover {
     }
 }
 
-fn sync_scenario() -> &'static SyncOutcome {
-    static OUTCOME: std::sync::OnceLock<Result<SyncOutcome, String>> = std::sync::OnceLock::new();
-    scenario_once(&OUTCOME, run_sync_scenario)
+/// The sync scenario run once per engine, shared by the tests of its outcome.
+fn sync_scenario(mode: CopyMode) -> &'static SyncOutcome {
+    type Cell = std::sync::OnceLock<Result<SyncOutcome, String>>;
+    static RECORDS: Cell = Cell::new();
+    static BATCHES: Cell = Cell::new();
+    match mode {
+        CopyMode::Records => scenario_once(&RECORDS, || run_sync_scenario(mode)),
+        CopyMode::Batches => scenario_once(&BATCHES, || run_sync_scenario(mode)),
+    }
 }
 
-fn run_sync_scenario() -> SyncOutcome {
+fn run_sync_scenario(mode: CopyMode) -> SyncOutcome {
     let started = Instant::now();
     let f = Failover::new(&[], &[(AHEAD, 2, &[])]);
     let (src, dst) = (f.src(), f.dst());
     write_ids(&src, AHEAD, 2, 0..100);
-    let mut mirror = f.mirror().commit_ms(300).start();
+    let mut mirror = f.mirror().copy_mode(mode).commit_ms(300).start();
     f.wait_mirrored(&mut mirror);
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     // The mirror has copied 100 records a partition; the source now holds 200.
@@ -589,6 +595,7 @@ fn run_sync_scenario() -> SyncOutcome {
     let metrics = free_local_addr();
     let mut mirror = f
         .mirror()
+        .copy_mode(mode)
         .commit_ms(300)
         .flag("--sync.group.offsets", ".*")
         .flag("--sync.group.offsets.interval.ms", SYNC_INTERVAL)
@@ -630,8 +637,9 @@ fn run_sync_scenario() -> SyncOutcome {
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     let mirror_log = mirror.log();
     eprintln!(
-        "TRIAL failover-sync kafka 4.4.0: waiting reported ({:?}), then synced; while members \
-         were active and after app-ahead's second sync: {held:?}; {:.0} s",
+        "TRIAL {} kafka 4.4.0: waiting reported ({:?}), then synced; while members were \
+         active and after app-ahead's second sync: {held:?}; {:.0} s",
+        mode.named("failover-sync"),
         waiting
             .partitions
             .iter()
@@ -653,7 +661,36 @@ fn run_sync_scenario() -> SyncOutcome {
     // A mapping topic that does not exist (another --source.cluster.name).
     let no_mapping_topic = f.translate("app-mixed", &["--source.cluster.name", "other"]);
 
-    // Hash partitioning. The records are keyed so that the spread is the same in every run:
+    // Hash partitioning (the record engine's alone: the batch engine cannot serve it).
+    let hashed = (mode == CopyMode::Records).then(|| hashed_translation(&f));
+    SyncOutcome {
+        waiting,
+        applied_early,
+        ahead_after_early_apply,
+        refused_classic,
+        refused_848,
+        active_after_refusals,
+        ahead_synced,
+        ahead_synced_again,
+        held,
+        back_synced_forward,
+        active_synced_after_leaving,
+        exposition,
+        mirror_log,
+        ahead_resumed_wrong,
+        kept,
+        back_after_apply,
+        mixed,
+        no_mapping_topic,
+        hashed,
+    }
+}
+
+/// A hash-partitioned mirror's group translated with `--apply`: the answer, and the group's
+/// target offsets after it.
+fn hashed_translation(f: &Failover) -> (TranslateRun, Vec<i64>) {
+    let (src, dst) = (f.src(), f.dst());
+    // The records are keyed so that the spread is the same in every run:
     // keyless records go where librdkafka's sticky partitioner puts a whole batch, and a
     // target partition fed by one source partition alone translates exactly (once failed CI
     // because this trial wrote keyless records).
@@ -693,28 +730,7 @@ fn run_sync_scenario() -> SyncOutcome {
         &[store[0], store[1], "--apply"],
     );
     let hashed_after_apply = group_offsets(&dst, "app-hashed", hashed_topic, 2);
-    SyncOutcome {
-        waiting,
-        applied_early,
-        ahead_after_early_apply,
-        refused_classic,
-        refused_848,
-        active_after_refusals,
-        ahead_synced,
-        ahead_synced_again,
-        held,
-        back_synced_forward,
-        active_synced_after_leaving,
-        exposition,
-        mirror_log,
-        ahead_resumed_wrong,
-        kept,
-        back_after_apply,
-        mixed,
-        no_mapping_topic,
-        hashed,
-        hashed_after_apply,
-    }
+    (hashed, hashed_after_apply)
 }
 
 /// The target offset a sync held for `group` while members were active and after
@@ -732,7 +748,15 @@ fn held<'a>(s: &'a SyncOutcome, group: &str) -> &'a [i64] {
 /// and again when it moves on, and the group then resumes on the target exactly.
 #[test]
 fn a_group_ahead_of_the_mirror_waits_and_is_synced_once_the_mirror_catches_up() {
-    let s = sync_scenario();
+    group_ahead(sync_scenario(CopyMode::Records));
+}
+
+#[test]
+fn a_group_ahead_of_the_mirror_waits_and_is_synced_once_the_mirror_catches_up_with_batches() {
+    group_ahead(sync_scenario(CopyMode::Batches));
+}
+
+fn group_ahead(s: &SyncOutcome) {
     assert_eq!(s.waiting.code, Some(1), "{:?}", s.waiting);
     for p in 0..2 {
         let t = s.waiting.get(AHEAD, p);
@@ -759,7 +783,15 @@ fn a_group_ahead_of_the_mirror_waits_and_is_synced_once_the_mirror_catches_up() 
 /// it.
 #[test]
 fn a_target_group_with_active_members_is_left_alone_until_they_leave() {
-    let s = sync_scenario();
+    active_members_left_alone(sync_scenario(CopyMode::Records));
+}
+
+#[test]
+fn a_target_group_with_active_members_is_left_alone_until_they_leave_with_batches() {
+    active_members_left_alone(sync_scenario(CopyMode::Batches));
+}
+
+fn active_members_left_alone(s: &SyncOutcome) {
     let refused = &s.refused_classic;
     assert_eq!(refused.code, Some(1), "{refused:?}");
     assert!(
@@ -793,7 +825,15 @@ fn a_target_group_with_active_members_is_left_alone_until_they_leave() {
 /// `translate --apply`; the sync moves it forward once the source offset passes it.
 #[test]
 fn a_target_offset_further_on_is_never_moved_back() {
-    let s = sync_scenario();
+    further_offset_kept(sync_scenario(CopyMode::Records));
+}
+
+#[test]
+fn a_target_offset_further_on_is_never_moved_back_with_batches() {
+    further_offset_kept(sync_scenario(CopyMode::Batches));
+}
+
+fn further_offset_kept(s: &SyncOutcome) {
     assert_eq!(
         held(s, "app-back"),
         [90, 90],
@@ -808,7 +848,15 @@ fn a_target_offset_further_on_is_never_moved_back() {
 /// The mirror's own group is never synced, even by a regex ('.*') that matches it.
 #[test]
 fn the_mirrors_own_group_is_never_synced() {
-    let s = sync_scenario();
+    own_group_not_synced(sync_scenario(CopyMode::Records));
+}
+
+#[test]
+fn the_mirrors_own_group_is_never_synced_with_batches() {
+    own_group_not_synced(sync_scenario(CopyMode::Batches));
+}
+
+fn own_group_not_synced(s: &SyncOutcome) {
     assert_eq!(
         held(s, GROUP),
         [-1, -1],
@@ -821,7 +869,15 @@ fn the_mirrors_own_group_is_never_synced() {
 /// one.
 #[test]
 fn a_kip_848_source_group_is_synced_like_a_classic_one() {
-    let s = sync_scenario();
+    kip_848_group_synced(sync_scenario(CopyMode::Records));
+}
+
+#[test]
+fn a_kip_848_source_group_is_synced_like_a_classic_one_with_batches() {
+    kip_848_group_synced(sync_scenario(CopyMode::Batches));
+}
+
+fn kip_848_group_synced(s: &SyncOutcome) {
     assert_eq!(
         held(s, "app-848"),
         [70, 75],
@@ -835,7 +891,15 @@ fn a_kip_848_source_group_is_synced_like_a_classic_one() {
 /// caught up.
 #[test]
 fn the_sync_metrics_count_the_commits_and_settle_at_zero() {
-    let s = sync_scenario();
+    sync_metrics_settle(sync_scenario(CopyMode::Records));
+}
+
+#[test]
+fn the_sync_metrics_count_the_commits_and_settle_at_zero_with_batches() {
+    sync_metrics_settle(sync_scenario(CopyMode::Batches));
+}
+
+fn sync_metrics_settle(s: &SyncOutcome) {
     let synced = metric(&s.exposition, "mirror_groups_synced_total", "");
     assert!(synced.is_some_and(|n| n >= 5.0), "{}", s.exposition);
     for gauge in [
@@ -855,7 +919,15 @@ fn the_sync_metrics_count_the_commits_and_settle_at_zero() {
 /// translation, said so (exit 1); the mirrored ones are translated.
 #[test]
 fn a_partition_of_a_topic_the_mirror_does_not_copy_is_reported_unknown() {
-    let s = sync_scenario();
+    uncopied_partition_unknown(sync_scenario(CopyMode::Records));
+}
+
+#[test]
+fn a_partition_of_a_topic_the_mirror_does_not_copy_is_reported_unknown_with_batches() {
+    uncopied_partition_unknown(sync_scenario(CopyMode::Batches));
+}
+
+fn uncopied_partition_unknown(s: &SyncOutcome) {
     let mixed = &s.mixed;
     assert_eq!(mixed.code, Some(1), "{mixed:?}");
     assert_eq!(mixed.get("elsewhere", 0).status, "unknown", "{mixed:?}");
@@ -865,7 +937,15 @@ fn a_partition_of_a_topic_the_mirror_does_not_copy_is_reported_unknown() {
 /// A mapping topic that does not exist (another `--source.cluster.name`) is named.
 #[test]
 fn translate_names_a_mapping_topic_that_does_not_exist() {
-    let s = sync_scenario();
+    missing_mapping_topic_named(sync_scenario(CopyMode::Records));
+}
+
+#[test]
+fn translate_names_a_mapping_topic_that_does_not_exist_with_batches() {
+    missing_mapping_topic_named(sync_scenario(CopyMode::Batches));
+}
+
+fn missing_mapping_topic_named(s: &SyncOutcome) {
     let run = &s.no_mapping_topic;
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(
@@ -880,8 +960,10 @@ fn translate_names_a_mapping_topic_that_does_not_exist() {
 /// and nothing written.
 #[test]
 fn a_hash_partitioned_mirrors_group_is_refused_as_untranslatable() {
-    let s = sync_scenario();
-    let refused = &s.hashed;
+    let (refused, after_apply) = sync_scenario(CopyMode::Records)
+        .hashed
+        .as_ref()
+        .expect("the record engine's scenario translates a hashed group");
     assert_eq!(refused.code, Some(1), "{refused:?}");
     assert!(!refused.partitions.is_empty(), "{refused:?}");
     for t in &refused.partitions {
@@ -897,7 +979,7 @@ fn a_hash_partitioned_mirrors_group_is_refused_as_untranslatable() {
             "{refused:?}"
         );
     }
-    assert_eq!(s.hashed_after_apply, [-1, -1], "{refused:?}");
+    assert_eq!(after_apply, &[-1, -1], "{refused:?}");
 }
 
 /// MirrorMaker 2's properties for the scenario: dedicated mode, the identity replication

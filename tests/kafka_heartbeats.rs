@@ -90,15 +90,24 @@ fn an_idle_source_with_heartbeats_stays_within_two_seconds_of_delay() {
 /// the other does not; the source receives one heartbeat per interval, not two.
 #[test]
 fn two_instances_in_one_group_write_one_heartbeat_stream() {
+    two_instances_write_one_stream(CopyMode::Records);
+}
+
+#[test]
+fn two_instances_in_one_group_write_one_heartbeat_stream_with_batches() {
+    two_instances_write_one_stream(CopyMode::Batches);
+}
+
+fn two_instances_write_one_stream(mode: CopyMode) {
     let pair = KafkaPair::new(KAFKA_4, TOPIC, 2);
     pair.write(0..100);
     let (a_addr, b_addr) = (free_local_addr(), free_local_addr());
-    let mut a = with_heartbeats(pair.mirror(), &a_addr);
+    let mut a = with_heartbeats(pair.mirror().copy_mode(mode), &a_addr);
     a.wait_for_log(
         "heartbeats: this instance owns",
         "the first instance writing",
     );
-    let mut b = with_heartbeats(pair.mirror(), &b_addr);
+    let mut b = with_heartbeats(pair.mirror().copy_mode(mode), &b_addr);
     // The group settled: the second instance has its share (with cooperative-sticky, only
     // once the first released it).
     b.wait_for("the second instance's share", |b| {
@@ -119,8 +128,9 @@ fn two_instances_in_one_group_write_one_heartbeat_stream() {
     let by_b = heartbeats_written(&b_addr) - b_before;
     let one_stream = elapsed * 1000.0 / INTERVAL_MS as f64;
     println!(
-        "TRIAL two instances: {written} heartbeats in {elapsed:.1} s (one stream: {one_stream:.0}); \
-         {by_a} by the first, {by_b} by the second"
+        "TRIAL {}: {written} heartbeats in {elapsed:.1} s (one stream: {one_stream:.0}); \
+         {by_a} by the first, {by_b} by the second",
+        mode.named("two instances")
     );
     assert!(a.is_running() && b.is_running());
     assert!(

@@ -1518,6 +1518,11 @@ fn verify_passes_when_the_source_compacts_mirrored_records() {
     compacted_source(false, CopyMode::Records);
 }
 
+#[test]
+fn verify_passes_when_the_source_compacts_mirrored_records_with_batches() {
+    compacted_source(false, CopyMode::Batches);
+}
+
 /// A 3-broker target with replication factor 3 and min.insync.replicas=2: one target broker
 /// SIGKILLed and restarted mid-stream; the mirror keeps going and loses nothing.
 #[test]
@@ -1813,13 +1818,14 @@ fn two_target_brokers_down(mode: CopyMode) {
 /// The source topic gains partitions (CreatePartitions) while the mirror runs: the target
 /// topic is grown, the new partitions are mirrored after the next metadata refresh, nothing
 /// lost.
-fn partition_growth(abort: bool) {
+fn partition_growth(abort: bool, engine: CopyMode) {
     let started = Instant::now();
     let mut pair = KafkaPair::new(KAFKA_4, TOPIC, 2);
     pair.write(0..2000);
     let mode = if abort { "true" } else { "false" };
     let mut mirror = pair
         .mirror()
+        .copy_mode(engine)
         .commit_ms(300)
         .topic_refresh_ms(1000)
         .flag("--abort.on.send.failure", mode)
@@ -1847,8 +1853,9 @@ fn partition_growth(abort: bool) {
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     let c = compare_each(&pair);
     eprintln!(
-        "TRIAL partition-growth kafka 4.4.0 (abort.on.send.failure {mode}): source grown from 2 to \
-         4 partitions mid-stream; end offsets {end:?}; {}, {:.0} s",
+        "TRIAL {} kafka 4.4.0 (abort.on.send.failure {mode}): source grown from 2 to 4 \
+         partitions mid-stream; end offsets {end:?}; {}, {:.0} s",
+        engine.named("partition-growth"),
         c.summary(),
         started.elapsed().as_secs_f64()
     );
@@ -1863,6 +1870,15 @@ fn partition_growth(abort: bool) {
 /// first record comes: librdkafka then refuses it at once, as after a source topic grew.
 #[test]
 fn a_target_partition_added_after_the_first_refusal_is_written() {
+    target_partition_added_late(CopyMode::Records);
+}
+
+#[test]
+fn a_target_partition_added_after_the_first_refusal_is_written_with_batches() {
+    target_partition_added_late(CopyMode::Batches);
+}
+
+fn target_partition_added_late(mode: CopyMode) {
     let started = Instant::now();
     let pair = KafkaPair::new(KAFKA_4, TOPIC, 2);
     pair.target.create_topic(TOPIC, 1, 1, &[]);
@@ -1876,13 +1892,19 @@ fn a_target_partition_added_after_the_first_refusal_is_written() {
     write(0, 0..500);
     let mut mirror = pair
         .mirror()
+        .copy_mode(mode)
         .commit_ms(300)
         .flag("--create.topics", "false")
         .start();
     wait_committed(&mut mirror, &pair.src(), TOPIC, 1, 500);
     write(1, 500..1000);
     mirror.wait_for_log(
-        "refreshed the target's metadata of topic orders (a partition was unknown)",
+        match mode {
+            CopyMode::Records => {
+                "refreshed the target's metadata of topic orders (a partition was unknown)"
+            }
+            CopyMode::Batches => "target topic orders has no partition 1 (yet)",
+        },
         "a record for the missing target partition",
     );
     let refused = Instant::now();
@@ -1897,8 +1919,9 @@ fn a_target_partition_added_after_the_first_refusal_is_written() {
         assert!(s == t, "partition {p}: {}", first_difference(&s, &t));
     }
     eprintln!(
-        "TRIAL partition-added-late kafka 4.4.0: target partition added {:.1} s after the first \
-         refusal; 1000 records copied in order, {:.0} s",
+        "TRIAL {} kafka 4.4.0: target partition added {:.1} s after the first refusal; 1000 \
+         records copied in order, {:.0} s",
+        mode.named("partition-added-late"),
         added.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
@@ -1906,12 +1929,18 @@ fn a_target_partition_added_after_the_first_refusal_is_written() {
 
 #[test]
 fn partition_growth_is_mirrored_in_abort_mode() {
-    partition_growth(true);
+    partition_growth(true, CopyMode::Records);
 }
 
 #[test]
 fn partition_growth_is_mirrored_in_skip_mode() {
-    partition_growth(false);
+    partition_growth(false, CopyMode::Records);
+}
+
+/// The batch engine's abort-mode twin is `kafka_batches::partition_growth_is_followed_by_the_batch_engine`.
+#[test]
+fn partition_growth_is_mirrored_in_skip_mode_with_batches() {
+    partition_growth(false, CopyMode::Batches);
 }
 
 /// A source topic deleted and created again while the mirror runs, and written past the old
