@@ -766,14 +766,20 @@ fn header_counts(mut plain: &[u8], records: usize) -> Option<Vec<usize>> {
     Some(counts)
 }
 
-/// Refuses to encode again a record whose headers repeat a key: the crate's decoder kept one.
-fn check_headers(records: &[Record], plain: &[u8], offset: i64) -> Result<(), BatchError> {
+/// Refuses to encode again a record of `range` whose headers repeat a key: the crate's decoder
+/// kept one. A record outside `range` is not sent, so its headers cannot be lost.
+fn check_headers(
+    records: &[Record],
+    plain: &[u8],
+    offset: i64,
+    range: &Range<i64>,
+) -> Result<(), BatchError> {
     let counts = header_counts(plain, records.len()).ok_or_else(|| BatchError::Decode {
         offset,
         reason: "its records section ends inside a record".to_owned(),
     })?;
     for (record, in_bytes) in records.iter().zip(counts) {
-        if record.headers.len() != in_bytes {
+        if range.contains(&record.offset) && record.headers.len() != in_bytes {
             return Err(BatchError::RepeatedHeaderKey {
                 offset: record.offset,
                 in_bytes,
@@ -851,7 +857,7 @@ fn reencode(
     stamp: Stamp,
 ) -> Result<Vec<OutBatch>, BatchError> {
     let (mut records, plain) = decode(batch)?;
-    check_headers(&records, &plain, batch.base_offset())?;
+    check_headers(&records, &plain, batch.base_offset(), &range)?;
     records.retain(|r| range.contains(&r.offset));
     if records.is_empty() {
         return Ok(Vec::new());

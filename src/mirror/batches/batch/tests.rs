@@ -551,6 +551,33 @@ fn repeated_header_keys_are_refused_rather_than_dropped() {
 }
 
 #[test]
+fn repeated_header_keys_before_the_start_do_not_stop_a_batch_encoded_again() {
+    let source = Source::new(Compression::None, 10, 3);
+    // The first record's (offset 10) two headers both called "trace".
+    let batch = source.batch();
+    let at = batch
+        .windows(5)
+        .position(|w| w == b"empty")
+        .expect("the header key");
+    let batch = only(patched(&batch, |b| b[at..at + 5].copy_from_slice(b"trace")));
+    // A start inside the batch (a commit at 11): offset 10 was copied already and is not sent
+    // again, so its headers cannot be lost; the records from 11 on are encoded again.
+    let outs = prepare(&batch, 11, UNLIMITED, STAMP).unwrap();
+    assert_eq!(outs.len(), 1);
+    assert_eq!(
+        (outs[0].first_source_offset, outs[0].records),
+        (11, 2),
+        "the records from the start on"
+    );
+    assert!(outs[0].reencoded);
+    // From offset 10 on, encoding it again would lose a header: still refused.
+    assert!(matches!(
+        prepare(&batch, 10, 100, STAMP),
+        Err(BatchError::RepeatedHeaderKey { offset: 10, .. })
+    ));
+}
+
+#[test]
 fn split_yields_every_batch_of_a_fetch_response_in_order() {
     let mut records = BytesMut::new();
     for (i, codec) in CODECS.into_iter().enumerate() {
