@@ -64,7 +64,8 @@ impl Rng {
     }
 }
 
-/// 10 SIGKILLs of the mirror at seeded moments while a writer keeps adding records; each
+/// 10 SIGKILLs of the mirror at seeded moments (every other one after its run's first
+/// transaction reached the target) while a writer keeps adding records; each
 /// restart (same --instance.id) aborts what its predecessor left open and resumes from the
 /// store. Then 0 lost, 0 duplicated, order kept.
 #[test]
@@ -89,19 +90,36 @@ fn hard_kills(version: KafkaVersion) {
     let instance = exactly_once(&pair, "a").consumer(QUICK_SESSION);
     let mut rng = Rng(0x5eed_1234_abcd_0011);
     let started = Instant::now();
-    let mut on_target_at_kills = Vec::new();
-    for _ in 0..KILLS {
+    let mut on_target_at_kills: Vec<i64> = Vec::new();
+    let on_target = || {
+        end_offsets(&pair.dst(), TOPIC, PARTITIONS)
+            .iter()
+            .sum::<i64>()
+    };
+    for kill in 0..KILLS {
         let mut mirror = instance.start();
         mirror.wait_for_log(STARTED, "the mirror to start copying");
+        // Every other run is killed only once it has committed a transaction of its own, so
+        // that at least half the kills hit a mirror that was copying (on a loaded machine a
+        // run's start-up alone can outlast the random wait below); the others may come in
+        // its start-up, which is a moment to be killed at too.
+        if kill % 2 == 1 {
+            let before = on_target_at_kills.last().copied().unwrap_or(0);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while on_target() <= before {
+                assert!(
+                    Instant::now() < deadline && mirror.is_running(),
+                    "run {kill} committed nothing in 60 s; log:\n{}",
+                    mirror.log()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         // Not a condition: the kill comes at a random moment of the copy.
         std::thread::sleep(Duration::from_millis(300 + rng.below(1200)));
         mirror.signal("KILL");
         mirror.wait(Duration::from_secs(10));
-        on_target_at_kills.push(
-            end_offsets(&pair.dst(), TOPIC, PARTITIONS)
-                .iter()
-                .sum::<i64>(),
-        );
+        on_target_at_kills.push(on_target());
     }
     let written = trickle.stop();
     let mut last = instance.start();

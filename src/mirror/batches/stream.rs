@@ -1280,9 +1280,9 @@ impl<'s> BatchStream<'s> {
             .or_insert_with(|| {
                 tracing::info!(
                     stream = self.stream,
-                    "target topic {} has no partition {} (yet): the batch of source offsets {} \
-                     on is sent again, the topic's metadata asked for again, for up to {:?} \
-                     (topic.metadata.propagation.max.ms)",
+                    "target topic {} has no partition {} (yet): its batch from source offset \
+                     {} is sent again, and the topic's metadata asked for again, for up to \
+                     {:?} (topic.metadata.propagation.max.ms); then it is a send failure",
                     engine.parts[key].target_topic,
                     key.1,
                     engine.parts[key]
