@@ -1216,18 +1216,11 @@ impl<'s> BatchStream<'s> {
                  partitions, or let the mirror make it (--create.topics), and restart",
                 since.elapsed()
             );
+            let code = super::wire::error_name(UNKNOWN_TOPIC_OR_PARTITION);
             for key in keys {
-                let part = engine.parts.get_mut(key).expect("kept during the round");
-                let Some((q, ticket)) = part.in_flight.take() else {
-                    continue;
-                };
-                let code = super::wire::error_name(UNKNOWN_TOPIC_OR_PARTITION);
-                self.refused(key, target_topic, &q.out, ticket, &code, &message);
-                if self.settings.options.abort_on_send_failure {
-                    part.queue.clear();
+                if !self.give_up_in_flight(engine, key, &code, &message) {
                     return false;
                 }
-                self.settle(key, part);
             }
             return true;
         };
@@ -1299,26 +1292,32 @@ impl<'s> BatchStream<'s> {
         }
         // A later batch of the partition starts a new wait (the topic may have grown by then).
         self.absent_since.borrow_mut().remove(key);
-        let part = engine.parts.get_mut(key).expect("kept during the round");
-        let Some((q, ticket)) = part.in_flight.take() else {
-            return true;
-        };
         let message = format!(
             "the target topic {} has no partition {}, still after asking for its metadata for \
              {after:.0?} (the producer's topic.metadata.propagation.max.ms is {:?}): \
              --partitioning preserve needs at least as many partitions on the target as on the \
              source; add partitions to the target topic (or let the mirror make and grow it, \
              --create.topics)",
-            part.target_topic, key.1, self.propagation_limit
+            engine.parts[key].target_topic, key.1, self.propagation_limit
         );
-        self.refused(
-            key,
-            &part.target_topic,
-            &q.out,
-            ticket,
-            "UnknownPartition",
-            &message,
-        );
+        self.give_up_in_flight(engine, key, "UnknownPartition", &message)
+    }
+
+    /// The partition's batch in flight, given up as a send failure (`code`, `message`): in
+    /// abort mode nothing after it is sent and `false` is returned (the stream stops there);
+    /// in skip mode it is dropped and counted and the partition goes on.
+    fn give_up_in_flight(
+        &self,
+        engine: &mut Engine,
+        key: &Partition,
+        code: &str,
+        message: &str,
+    ) -> bool {
+        let part = engine.parts.get_mut(key).expect("kept during the round");
+        let Some((q, ticket)) = part.in_flight.take() else {
+            return true;
+        };
+        self.refused(key, &part.target_topic, &q.out, ticket, code, message);
         if self.settings.options.abort_on_send_failure {
             part.queue.clear();
             return false;
