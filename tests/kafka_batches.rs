@@ -123,6 +123,13 @@ fn every_codec_is_forwarded_batch_for_batch_on_kafka_3() {
     every_codec_is_forwarded_batch_for_batch(KAFKA_3);
 }
 
+/// The oldest line the engine claims (ZooKeeper mode; Fetch v12, Produce v9, InitProducerId
+/// v4 at most).
+#[test]
+fn every_codec_is_forwarded_batch_for_batch_on_kafka_2() {
+    every_codec_is_forwarded_batch_for_batch(KAFKA_2);
+}
+
 /// A target topic that takes smaller batches (`max.message.bytes` 64 KiB) than the source
 /// holds (uncompressed, up to a megabyte): each source batch is split into batches it takes,
 /// every record copied, in order.
@@ -237,7 +244,18 @@ fn a_committed_offset_inside_a_batch_copies_nothing_before_it() {
 /// records reach the target.
 #[test]
 fn a_transactional_source_is_copied_committed_records_only() {
-    let lane = SharedPair::get(KAFKA_4).lane("txn", PARTITIONS);
+    transactional_source_copied_committed_records_only(KAFKA_4);
+}
+
+/// The same from a Kafka 2.8 source (ZooKeeper mode): its Fetch answers list the aborted
+/// transactions as 4.x does.
+#[test]
+fn a_transactional_source_is_copied_committed_records_only_on_kafka_2() {
+    transactional_source_copied_committed_records_only(KAFKA_2);
+}
+
+fn transactional_source_copied_committed_records_only(version: KafkaVersion) {
+    let lane = SharedPair::get(version).lane("txn", PARTITIONS);
     let p = producer(&lane.src(), &[("transactional.id", "batch-trial")]);
     p.init_transactions(Duration::from_secs(30)).unwrap();
     let mut committed = 0;

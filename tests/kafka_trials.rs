@@ -332,6 +332,18 @@ fn fidelity_on_kafka_3_with_batches() {
     fidelity(KAFKA_3, CopyMode::Batches);
 }
 
+/// Kafka 2.8 (ZooKeeper mode), the oldest line the batch engine claims, as a source and
+/// target: a migration off an old cluster.
+#[test]
+fn fidelity_on_kafka_2() {
+    fidelity(KAFKA_2, CopyMode::Records);
+}
+
+#[test]
+fn fidelity_on_kafka_2_with_batches() {
+    fidelity(KAFKA_2, CopyMode::Batches);
+}
+
 /// Kafka's default `auto.create.topics.enable=true` on the target: the mirror must still create
 /// the target topic with the source's partition count and configs.
 #[test]
@@ -1141,6 +1153,16 @@ fn clean_hand_overs_with_cooperative_sticky_are_exact_on_kafka_3() {
 #[test]
 fn clean_hand_overs_with_cooperative_sticky_are_exact_on_kafka_3_with_batches() {
     clean_hand_overs(KAFKA_3, &COOPERATIVE_STICKY, CopyMode::Batches);
+}
+
+#[test]
+fn clean_hand_overs_with_cooperative_sticky_are_exact_on_kafka_2() {
+    clean_hand_overs(KAFKA_2, &COOPERATIVE_STICKY, CopyMode::Records);
+}
+
+#[test]
+fn clean_hand_overs_with_cooperative_sticky_are_exact_on_kafka_2_with_batches() {
+    clean_hand_overs(KAFKA_2, &COOPERATIVE_STICKY, CopyMode::Batches);
 }
 
 #[test]

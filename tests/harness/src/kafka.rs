@@ -1,5 +1,6 @@
-//! Apache Kafka as a test peer: KRaft clusters of combined broker+controller nodes, run from
-//! the jars that `scripts/kafka-jars` collects from Maven Central (poms in `kafka/`).
+//! Apache Kafka as a test peer: KRaft clusters of combined broker+controller nodes (on 2.8, the
+//! oldest line the batch engine claims, brokers and a ZooKeeper of their own), run from the
+//! jars that `scripts/kafka-jars` collects from Maven Central (poms in `kafka/`).
 //!
 //! Every JVM is started from one long-lived spawner thread with `PR_SET_PDEATHSIG = SIGKILL`,
 //! so the kernel kills it when the test process dies, however it dies (a panic, SIGKILL, ^C).
@@ -23,21 +24,31 @@ use super::{admin, block_on, free_port, wait_committed_by, Endpoints, Mirror, GR
 /// A pinned Apache Kafka version (a pom `kafka/pom-VERSION.xml` exists for each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KafkaVersion {
+    /// The newest 2.8.x, in ZooKeeper mode (its KRaft was an early-access preview): the oldest
+    /// line the batch engine claims.
+    V2_8,
     /// The newest 3.9.x: the last line with the Java MirrorMaker 1.
     V3_9,
     /// The newest 4.x: KIP-848's consumer group protocol is generally available.
     V4,
 }
 
+pub const KAFKA_2: KafkaVersion = KafkaVersion::V2_8;
 pub const KAFKA_3: KafkaVersion = KafkaVersion::V3_9;
 pub const KAFKA_4: KafkaVersion = KafkaVersion::V4;
 
 impl KafkaVersion {
     pub fn version(self) -> &'static str {
         match self {
+            KafkaVersion::V2_8 => "2.8.2",
             KafkaVersion::V3_9 => "3.9.2",
             KafkaVersion::V4 => "4.4.0",
         }
+    }
+
+    /// Its brokers keep their metadata in ZooKeeper (no KRaft controllers).
+    pub fn zookeeper(self) -> bool {
+        self == KafkaVersion::V2_8
     }
 
     /// The folder of this version's jars, fetched by `scripts/kafka-jars` when absent (the
@@ -88,6 +99,8 @@ pub struct KafkaCluster {
     jvm: Vec<String>,
     /// Per node, the `FRONTED` listener's ports (see [`KafkaCluster::start_fronted`]).
     fronts: Vec<Front>,
+    /// The cluster's own ZooKeeper ([`KafkaVersion::zookeeper`]).
+    zookeeper: Option<Child>,
 }
 
 /// A node's `FRONTED` listener: it listens on `listen` and advertises `advertise`, the port of
@@ -295,57 +308,74 @@ impl KafkaCluster {
         let replication = brokers.min(3).to_string();
         let min_isr = brokers.min(2).to_string();
         let id = cluster_id();
+        let zookeeper = version.zookeeper().then(|| {
+            assert!(
+                security.is_none() && fronts.is_empty(),
+                "a ZooKeeper-mode cluster has the PLAINTEXT listener only"
+            );
+            (port(), dir.path().join("zookeeper"))
+        });
         for node in &nodes {
             std::fs::create_dir_all(node.dir.join("data")).expect("a node folder");
-            let mut props: Vec<(String, String)> = [
-                ("process.roles", "broker,controller".to_owned()),
-                ("node.id", node.id.to_string()),
-                ("controller.quorum.voters", voters.clone()),
-                (
-                    "listeners",
-                    format!(
-                        "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
-                        node.port, node.controller_port
+            let metadata: Vec<(&str, String)> = match &zookeeper {
+                Some((zk_port, _)) => vec![
+                    ("broker.id", node.id.to_string()),
+                    ("zookeeper.connect", format!("127.0.0.1:{zk_port}")),
+                    ("listeners", format!("PLAINTEXT://127.0.0.1:{}", node.port)),
+                ],
+                None => vec![
+                    ("process.roles", "broker,controller".to_owned()),
+                    ("node.id", node.id.to_string()),
+                    ("controller.quorum.voters", voters.clone()),
+                    (
+                        "listeners",
+                        format!(
+                            "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
+                            node.port, node.controller_port
+                        ),
                     ),
-                ),
-                (
-                    "advertised.listeners",
-                    format!("PLAINTEXT://127.0.0.1:{}", node.port),
-                ),
-                ("controller.listener.names", "CONTROLLER".to_owned()),
-                ("inter.broker.listener.name", "PLAINTEXT".to_owned()),
-                (
-                    "listener.security.protocol.map",
-                    "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".to_owned(),
-                ),
-                ("log.dirs", node.dir.join("data").display().to_string()),
-                ("offsets.topic.replication.factor", replication.clone()),
-                (
-                    "transaction.state.log.replication.factor",
-                    replication.clone(),
-                ),
-                ("transaction.state.log.min.isr", min_isr.clone()),
-                // Fewer internal partitions: the first group or transaction of a test creates
-                // them, and 50 of each take seconds on 2 cores.
-                ("offsets.topic.num.partitions", "4".to_owned()),
-                ("transaction.state.log.num.partitions", "4".to_owned()),
-                ("group.initial.rebalance.delay.ms", "0".to_owned()),
-                // Lets trials that kill mirrors use short sessions (Kafka's floor is 6 s).
-                ("group.min.session.timeout.ms", "1000".to_owned()),
-                // The sample records carry timestamps from 2023: time-based retention would
-                // delete them (the first check runs 30 s after start).
-                ("log.retention.ms", "-1".to_owned()),
-                // Kafka 4.4 refuses (INVALID_TIMESTAMP, the whole batch) a record stamped more
-                // than an hour ahead of its clock and, as seen, one stamped 0; the fidelity
-                // trials write both. 3.9's defaults are these already.
-                ("log.message.timestamp.after.max.ms", i64::MAX.to_string()),
-                ("log.message.timestamp.before.max.ms", i64::MAX.to_string()),
-                ("num.network.threads", "2".to_owned()),
-                ("num.io.threads", "4".to_owned()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect();
+                    ("controller.listener.names", "CONTROLLER".to_owned()),
+                    (
+                        "listener.security.protocol.map",
+                        "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".to_owned(),
+                    ),
+                ],
+            };
+            let mut props: Vec<(String, String)> = metadata
+                .into_iter()
+                .chain([
+                    (
+                        "advertised.listeners",
+                        format!("PLAINTEXT://127.0.0.1:{}", node.port),
+                    ),
+                    ("inter.broker.listener.name", "PLAINTEXT".to_owned()),
+                    ("log.dirs", node.dir.join("data").display().to_string()),
+                    ("offsets.topic.replication.factor", replication.clone()),
+                    (
+                        "transaction.state.log.replication.factor",
+                        replication.clone(),
+                    ),
+                    ("transaction.state.log.min.isr", min_isr.clone()),
+                    // Fewer internal partitions: the first group or transaction of a test creates
+                    // them, and 50 of each take seconds on 2 cores.
+                    ("offsets.topic.num.partitions", "4".to_owned()),
+                    ("transaction.state.log.num.partitions", "4".to_owned()),
+                    ("group.initial.rebalance.delay.ms", "0".to_owned()),
+                    // Lets trials that kill mirrors use short sessions (Kafka's floor is 6 s).
+                    ("group.min.session.timeout.ms", "1000".to_owned()),
+                    // The sample records carry timestamps from 2023: time-based retention would
+                    // delete them (the first check runs 30 s after start).
+                    ("log.retention.ms", "-1".to_owned()),
+                    // Kafka 4.4 refuses (INVALID_TIMESTAMP, the whole batch) a record stamped more
+                    // than an hour ahead of its clock and, as seen, one stamped 0; the fidelity
+                    // trials write both. 3.9's defaults are these already.
+                    ("log.message.timestamp.after.max.ms", i64::MAX.to_string()),
+                    ("log.message.timestamp.before.max.ms", i64::MAX.to_string()),
+                    ("num.network.threads", "2".to_owned()),
+                    ("num.io.threads", "4".to_owned()),
+                ])
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect();
             if let (Some(security), Some(port)) = (security, node.secure_port) {
                 security.apply(&mut props, port, node.sasl_plaintext_port);
             }
@@ -387,6 +417,10 @@ impl KafkaCluster {
                 ),
             )
             .expect("log4j2.properties");
+            if zookeeper.is_some() {
+                // The brokers register in ZooKeeper: no storage to format.
+                continue;
+            }
             let mut format = java(&libs, &node.dir);
             format
                 .args(["kafka.tools.StorageTool", "format", "-t", &id, "-c"])
@@ -425,7 +459,11 @@ impl KafkaCluster {
             startup: Duration::ZERO,
             jvm: jvm.iter().map(|o| (*o).to_owned()).collect(),
             fronts: fronts.to_vec(),
+            zookeeper: None,
         };
+        if let Some((zk_port, zk_dir)) = &zookeeper {
+            cluster.zookeeper = Some(start_zookeeper(&cluster.libs, *zk_port, zk_dir));
+        }
         for i in 0..brokers {
             cluster.spawn(i);
         }
@@ -928,6 +966,66 @@ fn java_with(libs: &Path, node_dir: &Path, options: &[String]) -> Command {
     cmd
 }
 
+/// A standalone ZooKeeper on `port` keeping its data in `dir` (the one Kafka 2.8 ships), once
+/// it answers `srvr`.
+fn start_zookeeper(libs: &Path, port: u16, dir: &Path) -> Child {
+    std::fs::create_dir_all(dir.join("data")).expect("a ZooKeeper folder");
+    std::fs::write(
+        dir.join("zoo.cfg"),
+        format!(
+            "dataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\n\
+             admin.enableServer=false\n4lw.commands.whitelist=srvr\n",
+            dir.join("data").display()
+        ),
+    )
+    .expect("zoo.cfg");
+    // Its logging goes where a node's would: the cluster folder's ZooKeeper log.
+    std::fs::write(
+        dir.join("log4j.properties"),
+        format!(
+            "log4j.rootLogger=INFO, file\n\
+             log4j.appender.file=org.apache.log4j.FileAppender\n\
+             log4j.appender.file.File={}\n\
+             log4j.appender.file.layout=org.apache.log4j.PatternLayout\n\
+             log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n",
+            dir.join("zookeeper.log").display()
+        ),
+    )
+    .expect("log4j.properties");
+    let out = std::fs::File::create(dir.join("stdout.log")).expect("stdout.log");
+    let mut cmd = java(libs, dir);
+    cmd.arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+        .arg(dir.join("zoo.cfg"))
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("stdout.log"))
+        .stderr(out);
+    let mut child = spawn_tied_to_this_process(cmd).expect("starting the JVM (java)");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answered = TcpStream::connect(("127.0.0.1", port)).and_then(|mut s| {
+            s.write_all(b"srvr")?;
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut s, &mut text)?;
+            Ok(text)
+        });
+        if answered.is_ok_and(|t| t.contains("Mode: standalone")) {
+            return child;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "ZooKeeper exited at start ({status}):\n{}",
+                tail(&dir.join("stdout.log"), 30)
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ZooKeeper did not answer within 60 s (logs in {})",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 impl Drop for KafkaCluster {
     fn drop(&mut self) {
         for node in &mut self.nodes {
@@ -935,6 +1033,10 @@ impl Drop for KafkaCluster {
                 let _ = child.kill();
                 let _ = child.wait();
             }
+        }
+        if let Some(mut zookeeper) = self.zookeeper.take() {
+            let _ = zookeeper.kill();
+            let _ = zookeeper.wait();
         }
         if std::thread::panicking() {
             if let Some(dir) = self.dir.take() {
@@ -1086,9 +1188,11 @@ const SHARED_BY: &str = "shared-by-pid";
 impl SharedPair {
     /// This process's shared pair of `version` (started on the first call).
     pub fn get(version: KafkaVersion) -> &'static SharedPair {
+        static KAFKA_2: OnceLock<SharedPair> = OnceLock::new();
         static KAFKA_3: OnceLock<SharedPair> = OnceLock::new();
         static KAFKA_4: OnceLock<SharedPair> = OnceLock::new();
         let cell = match version {
+            KafkaVersion::V2_8 => &KAFKA_2,
             KafkaVersion::V3_9 => &KAFKA_3,
             KafkaVersion::V4 => &KAFKA_4,
         };
