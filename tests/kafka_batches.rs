@@ -326,8 +326,19 @@ fn transactional_source_copied_committed_records_only(version: KafkaVersion) {
 /// least once): counted, not refused.
 #[test]
 fn hard_kills_of_the_batch_engine_lose_nothing_and_keep_order() {
+    hard_kills_of_the_batch_engine(KAFKA_4);
+}
+
+/// The same with Kafka 2.8 (ZooKeeper mode) on both sides: the group coordinator, the fetch
+/// sessions and the producer state of the oldest line claimed.
+#[test]
+fn hard_kills_of_the_batch_engine_lose_nothing_and_keep_order_on_kafka_2() {
+    hard_kills_of_the_batch_engine(KAFKA_2);
+}
+
+fn hard_kills_of_the_batch_engine(version: KafkaVersion) {
     const KILLS: usize = 5;
-    let lane = SharedPair::get(KAFKA_4).lane("killed", 4);
+    let lane = SharedPair::get(version).lane("killed", 4);
     lane.write(0..10_000);
     let trickle = lane.trickle(10_000, 50);
     let instance = lane
@@ -356,8 +367,9 @@ fn hard_kills_of_the_batch_engine_lose_nothing_and_keep_order() {
     assert_eq!(last.stop().code(), Some(0), "log:\n{}", last.log());
     let c = lane.compare();
     eprintln!(
-        "TRIAL batches hard-kills kafka 4.4.0: {KILLS} SIGKILLs (committed at each: \
+        "TRIAL batches hard-kills kafka {}: {KILLS} SIGKILLs (committed at each: \
          {committed_at_kills:?}), {}, {:.0} s",
+        version.version(),
         c.summary(),
         started.elapsed().as_secs_f64()
     );

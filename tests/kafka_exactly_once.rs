@@ -80,6 +80,14 @@ fn hard_kills_on_kafka_3_9_copy_each_record_once() {
     hard_kills(KAFKA_3);
 }
 
+/// The same on Kafka 2.8 (ZooKeeper mode) on both sides, the oldest line claimed: its
+/// transaction coordinator predates KIP-890 and KRaft; offsets are sent to the transaction
+/// with the consumer's group metadata (KIP-447, since 2.5).
+#[test]
+fn hard_kills_on_kafka_2_8_copy_each_record_once() {
+    hard_kills(KAFKA_2);
+}
+
 fn hard_kills(version: KafkaVersion) {
     let _serial = one_at_a_time();
     const KILLS: usize = 10;
