@@ -1002,7 +1002,11 @@ fn start_zookeeper(libs: &Path, port: u16, dir: &Path) -> Child {
     let mut child = spawn_tied_to_this_process(cmd).expect("starting the JVM (java)");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
+        // A ZooKeeper still starting may take the connection and not answer: each try is
+        // bounded (once, the read waited for ever).
         let answered = TcpStream::connect(("127.0.0.1", port)).and_then(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(2)))?;
+            s.set_write_timeout(Some(Duration::from_secs(2)))?;
             s.write_all(b"srvr")?;
             let mut text = String::new();
             std::io::Read::read_to_string(&mut s, &mut text)?;
