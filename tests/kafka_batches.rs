@@ -240,6 +240,109 @@ fn a_committed_offset_inside_a_batch_copies_nothing_before_it() {
     );
 }
 
+/// A committed offset inside an lz4 source batch whose records each repeat a header key (`hop`
+/// twice): the batch must be encoded again from the start, and the crate's encoder cannot
+/// carry a repeated key, so those records go through librdkafka's producer. Every record from
+/// the start on reaches the target with every header, in order; none before it; the records
+/// after that batch are forwarded as batches again.
+#[test]
+fn a_start_inside_a_batch_with_repeated_header_keys_keeps_every_header() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let pair = SharedPair::get(KAFKA_4);
+    let lane = pair.lane("repeated-headers", 1);
+    let p = producer(
+        &lane.src(),
+        &[("linger.ms", "50"), ("compression.type", "lz4")],
+    );
+    for i in 0..400u64 {
+        // Batches of 100 or fewer: a flush ends each.
+        if i % 100 == 0 {
+            p.flush(Duration::from_secs(30)).unwrap();
+        }
+        let key = format!("key-{i}");
+        let value = format!("value-{i}");
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "hop",
+                value: Some(format!("a-{i}").as_bytes()),
+            })
+            .insert(Header {
+                key: "hop",
+                value: Some(format!("b-{i}").as_bytes()),
+            })
+            .insert(Header {
+                key: "hop",
+                value: None::<&[u8]>,
+            });
+        let record: BaseRecord<'_, str, str> = BaseRecord::to("repeated-headers")
+            .partition(0)
+            .key(key.as_str())
+            .payload(value.as_str())
+            .timestamp(1_700_000_000_000 + i as i64)
+            .headers(headers);
+        send_waiting(&p, record, None).expect("producing to the source");
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+    let batches = pair.source.stored_batches("repeated-headers", 0);
+    let big = batches
+        .iter()
+        .find(|b| b.last_offset - b.base_offset >= 4)
+        .expect("a batch of several records");
+    let start = big.base_offset + 2;
+    commit_offsets(&lane.src(), lane.group, "repeated-headers", &[(0, start)]);
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .commit_ms(300)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    assert!(
+        log.contains("such records go through librdkafka's producer"),
+        "log:\n{log}"
+    );
+    let s: Vec<Record> = lane.source_records(0);
+    let t: Vec<Record> = lane.target_records(lane.topic, 0);
+    assert!(
+        s.iter().all(|r| r.headers.len() == 3),
+        "the source's headers"
+    );
+    assert!(
+        t == s[start as usize..],
+        "the target holds {} records, the source from offset {start} {}; first: {:?}",
+        t.len(),
+        s.len() - start as usize,
+        t.first()
+    );
+    // Only the batch with the start inside took the plain path: the rest are the source's.
+    let shape = |b: &StoredBatch| (b.last_offset - b.base_offset, b.codec);
+    let source_after: Vec<_> = batches
+        .iter()
+        .filter(|b| b.base_offset > big.last_offset)
+        .map(shape)
+        .collect();
+    let target = pair.target.stored_batches("repeated-headers", 0);
+    let target_after: Vec<_> = target
+        .iter()
+        .filter(|b| b.base_offset > big.last_offset - start)
+        .map(shape)
+        .collect();
+    assert!(!source_after.is_empty(), "source batches: {batches:?}");
+    assert_eq!(
+        source_after, target_after,
+        "the batches after the plain ones"
+    );
+    eprintln!(
+        "TRIAL batches repeated-headers kafka 4.4.0: start {start} inside the batch {}..={}, \
+         {} records with 3 `hop` headers each identical, {} later batches forwarded as they are",
+        big.base_offset,
+        big.last_offset,
+        t.len(),
+        target_after.len()
+    );
+}
+
 /// Batches of aborted transactions and transaction markers are dropped: only committed
 /// records reach the target.
 #[test]

@@ -725,8 +725,8 @@ fn decode(batch: &SourceBatch) -> Result<(Vec<Record>, Bytes), BatchError> {
 
 /// A zigzag varint of at most `max_bytes` bytes from the front of `buf` (the records section's
 /// integers). Read only: the crate's `Record` holds a record's headers in a map, so a record
-/// whose headers repeat a key cannot be told from the decoded records; counting them needs
-/// these few reads, and nothing is encoded by hand.
+/// whose headers repeat a key cannot be told, nor carried, by the decoded records; reading
+/// them as they are ([`read_records`]) needs these few reads, and nothing is encoded by hand.
 fn read_varint(buf: &mut &[u8], max_bytes: u32) -> Option<i64> {
     let mut value: u64 = 0;
     for i in 0..max_bytes {
@@ -740,45 +740,84 @@ fn read_varint(buf: &mut &[u8], max_bytes: u32) -> Option<i64> {
     None
 }
 
-/// Skips a length-prefixed field (a length of -1 is null).
-fn skip_field(buf: &mut &[u8]) -> Option<()> {
+/// A length-prefixed field of the records section (a length of -1 is null), a slice of
+/// `whole` (no copy).
+fn read_field(buf: &mut &[u8], whole: &Bytes) -> Option<Option<Bytes>> {
     let len = read_varint(buf, 5)?;
-    if len > 0 {
-        *buf = buf.get(len as usize..)?;
+    if len < 0 {
+        return Some(None);
     }
-    Some(())
+    let len = usize::try_from(len).ok()?;
+    let bytes = buf.get(..len)?;
+    *buf = &buf[len..];
+    Some(Some(whole.slice_ref(bytes)))
 }
 
-/// The number of headers each record of an uncompressed records section carries.
-fn header_counts(mut plain: &[u8], records: usize) -> Option<Vec<usize>> {
-    let mut counts = Vec::with_capacity(records);
+/// One record as the records section holds it, every header in order (repeated keys too):
+/// what [`plain_records`] gives the engine for the records the crate's `Record` cannot carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PlainRecord {
+    /// Its source offset.
+    pub(crate) offset: i64,
+    /// Its timestamp as a consumer reads it: base timestamp plus its delta, or the batch's
+    /// max timestamp in a LogAppendTime batch.
+    pub(crate) timestamp: i64,
+    pub(crate) key: Option<Bytes>,
+    pub(crate) value: Option<Bytes>,
+    /// Name and value of each header, in order; names are bytes, as on the wire.
+    pub(crate) headers: Vec<(Bytes, Option<Bytes>)>,
+}
+
+/// The records of an uncompressed records section (`records` of them), read as they are.
+/// `None` when the section ends inside a record or a field is malformed.
+fn read_records(
+    plain: &Bytes,
+    records: usize,
+    base_offset: i64,
+    timestamp: impl Fn(i64) -> i64,
+) -> Option<Vec<PlainRecord>> {
+    let mut rest: &[u8] = plain;
+    let mut out = Vec::with_capacity(records);
     for _ in 0..records {
-        let size = usize::try_from(read_varint(&mut plain, 5)?).ok()?;
-        let mut record = plain.get(..size)?;
-        plain = &plain[size..];
+        let size = usize::try_from(read_varint(&mut rest, 5)?).ok()?;
+        let mut record = rest.get(..size)?;
+        rest = &rest[size..];
         record = record.get(1..)?; // attributes
-        read_varint(&mut record, 10)?; // timestamp delta
-        read_varint(&mut record, 5)?; // offset delta
-        skip_field(&mut record)?; // key
-        skip_field(&mut record)?; // value
-        counts.push(usize::try_from(read_varint(&mut record, 5)?).ok()?);
+        let timestamp_delta = read_varint(&mut record, 10)?;
+        let offset_delta = read_varint(&mut record, 5)?;
+        let key = read_field(&mut record, plain)?;
+        let value = read_field(&mut record, plain)?;
+        let count = usize::try_from(read_varint(&mut record, 5)?).ok()?;
+        let mut headers = Vec::with_capacity(count.min(size));
+        for _ in 0..count {
+            let name = read_field(&mut record, plain)??;
+            headers.push((name, read_field(&mut record, plain)?));
+        }
+        out.push(PlainRecord {
+            offset: base_offset + offset_delta,
+            timestamp: timestamp(timestamp_delta),
+            key,
+            value,
+            headers,
+        });
     }
-    Some(counts)
+    Some(out)
 }
 
 /// Refuses to encode again a record of `range` whose headers repeat a key: the crate's decoder
 /// kept one. A record outside `range` is not sent, so its headers cannot be lost.
 fn check_headers(
     records: &[Record],
-    plain: &[u8],
+    plain: &Bytes,
     offset: i64,
     range: &Range<i64>,
 ) -> Result<(), BatchError> {
-    let counts = header_counts(plain, records.len()).ok_or_else(|| BatchError::Decode {
+    let read = read_records(plain, records.len(), 0, |_| 0).ok_or_else(|| BatchError::Decode {
         offset,
         reason: "its records section ends inside a record".to_owned(),
     })?;
-    for (record, in_bytes) in records.iter().zip(counts) {
+    for (record, as_read) in records.iter().zip(read) {
+        let in_bytes = as_read.headers.len();
         if range.contains(&record.offset) && record.headers.len() != in_bytes {
             return Err(BatchError::RepeatedHeaderKey {
                 offset: record.offset,
@@ -788,6 +827,34 @@ fn check_headers(
         }
     }
     Ok(())
+}
+
+/// The records of `batch` from `start` on, read as they are (every header kept, timestamps as
+/// a consumer reads them), for a batch the re-encode path refuses
+/// ([`BatchError::RepeatedHeaderKey`]): the engine sends them through librdkafka's producer,
+/// whose records carry headers as a list. Nothing is encoded here.
+pub(crate) fn plain_records(
+    batch: &SourceBatch,
+    start: i64,
+) -> Result<Vec<PlainRecord>, BatchError> {
+    let offset = batch.base_offset();
+    let plain = decompress(batch.bytes.slice(HEADER_LEN..), batch.compression()).map_err(|e| {
+        BatchError::Decode {
+            offset,
+            reason: format!("{e:#}"),
+        }
+    })?;
+    let base_timestamp = batch.base_timestamp();
+    let append_time = batch.log_append_time().then(|| batch.max_timestamp());
+    let count = usize::try_from(batch.record_count()).unwrap_or(0);
+    let records = read_records(&plain, count, offset, |delta| {
+        append_time.unwrap_or(base_timestamp.wrapping_add(delta))
+    })
+    .ok_or_else(|| BatchError::Decode {
+        offset,
+        reason: "its records section ends inside a record".to_owned(),
+    })?;
+    Ok(records.into_iter().filter(|r| r.offset >= start).collect())
 }
 
 /// An upper bound of a record's encoded size, varints at their widest.

@@ -41,9 +41,12 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::topic_partition_list::TopicPartitionList;
 
-use super::batch::{prepare, prepare_before, split, BatchError, OutBatch};
+use super::batch::{
+    plain_records, prepare, prepare_before, split, BatchError, OutBatch, PlainRecord,
+};
 use super::cluster::UNKNOWN_TOPIC_OR_PARTITION;
 use super::fetcher::{AbortedFilter, Fetched, Fetcher};
+use super::plain::PlainProducers;
 use super::producer::{BatchProducer, Outcome, RoundItem};
 use crate::mirror::clients::{self, Cluster};
 use crate::mirror::commit::{commit_async, commit_stored, commit_sync, final_commit};
@@ -109,6 +112,10 @@ struct Queued {
 enum Step {
     /// A batch to send.
     Send(Queued),
+    /// Records the codec cannot encode again (a header key repeated in a batch that must be
+    /// encoded again), sent through librdkafka's producer once everything before them is
+    /// acknowledged, and waited for before anything after them is sent.
+    Plain(PlainStep),
     /// A source record that alone makes a batch larger than the target topic takes: a send
     /// failure, met in order (after every batch before it is acknowledged).
     TooLarge {
@@ -116,6 +123,43 @@ enum Step {
         size: usize,
         limit: usize,
     },
+}
+
+/// The source records a refusal is about.
+#[derive(Clone, Copy)]
+struct Span {
+    first_source_offset: i64,
+    last_source_offset: i64,
+    records: i32,
+}
+
+impl Span {
+    fn of(out: &OutBatch) -> Span {
+        Span {
+            first_source_offset: out.first_source_offset,
+            last_source_offset: out.last_source_offset,
+            records: out.records,
+        }
+    }
+}
+
+/// The records of one source batch for [`Step::Plain`] (at least one).
+struct PlainStep {
+    records: Vec<PlainRecord>,
+    /// The source batch's codec, which the target's batches get too.
+    compression: kafka_protocol::records::Compression,
+    /// The source batch's size, for the tracker.
+    size: usize,
+}
+
+impl PlainStep {
+    fn first_offset(&self) -> i64 {
+        self.records.first().map_or(-1, |r| r.offset)
+    }
+
+    fn last_offset(&self) -> i64 {
+        self.records.last().map_or(-1, |r| r.offset)
+    }
 }
 
 /// One assigned partition.
@@ -144,6 +188,7 @@ impl Part {
             .or_else(|| {
                 self.queue.front().map(|step| match step {
                     Step::Send(q) => q.out.first_source_offset,
+                    Step::Plain(p) => p.first_offset(),
                     Step::TooLarge { offset, .. } => *offset,
                 })
             })
@@ -383,7 +428,7 @@ impl BatchContext {
                     .or_else(|| {
                         part.queue.iter().find_map(|step| match step {
                             Step::Send(q) => Some(q.sequence),
-                            Step::TooLarge { .. } => None,
+                            Step::Plain(_) | Step::TooLarge { .. } => None,
                         })
                     });
                 if let Some(sequence) = first {
@@ -557,6 +602,8 @@ pub(crate) struct BatchStream<'s> {
     /// Partitions whose target topic has no such partition, since their first batch was
     /// refused for it.
     absent_since: RefCell<HashMap<Partition, Instant>>,
+    /// librdkafka producers for [`Step::Plain`], made when first needed.
+    plain: RefCell<Option<PlainProducers>>,
 }
 
 impl<'s> BatchStream<'s> {
@@ -652,6 +699,7 @@ impl<'s> BatchStream<'s> {
             targets_made: RefCell::default(),
             propagation_limit: crate::mirror::metadata::propagation_limit(&settings.producer),
             absent_since: RefCell::default(),
+            plain: RefCell::default(),
         })
     }
 
@@ -735,7 +783,7 @@ impl<'s> BatchStream<'s> {
             };
             let first = part.queue.iter().find_map(|step| match step {
                 Step::Send(q) => Some(q.sequence),
-                Step::TooLarge { .. } => None,
+                Step::Plain(_) | Step::TooLarge { .. } => None,
             });
             if let Some(sequence) = first {
                 producer.rewind(&part.target_topic, key.1, sequence);
@@ -852,11 +900,10 @@ impl<'s> BatchStream<'s> {
     /// Charges one outgoing batch to the throttle, if there is one: a debt of
     /// [`MIN_PAUSE`](crate::mirror::throttle::MIN_PAUSE) or more holds the fetches back until
     /// it is paid (a smaller one is carried).
-    fn charge(&self, out: &OutBatch) {
+    fn charge(&self, (bytes, records): (u64, u64)) {
         let Some(throttle) = self.shared.stats.throttle.get() else {
             return;
         };
-        let (bytes, records) = out.throttle_cost();
         self.hold.charge(throttle, bytes, records);
     }
 
@@ -998,6 +1045,19 @@ impl<'s> BatchStream<'s> {
                 let stamp = engine.producer.stamp(&part.target_topic, partition);
                 let (outs, too_large) = match prepare(&batch, from, part.max_batch, stamp) {
                     Ok(outs) => (outs, None),
+                    Err(BatchError::RepeatedHeaderKey { offset, .. }) => {
+                        match self.plain_step(&batch, from, topic, partition, offset) {
+                            Ok(step) => part.queue.push_back(step),
+                            Err(e) => {
+                                self.shared.control.fail(format!(
+                                    "stream {}: source {topic}/{partition}: {e}",
+                                    self.stream
+                                ));
+                                return;
+                            }
+                        }
+                        break;
+                    }
                     Err(BatchError::RecordTooLarge {
                         offset,
                         size,
@@ -1024,7 +1084,7 @@ impl<'s> BatchStream<'s> {
                 for out in outs {
                     Stats::add(&self.shared.stats.consumed, out.records as u64);
                     Stats::add(&self.shared.stats.consumed_bytes, out.size() as u64);
-                    self.charge(&out);
+                    self.charge(out.throttle_cost());
                     engine
                         .producer
                         .advance(&part.target_topic, partition, out.records);
@@ -1063,6 +1123,15 @@ impl<'s> BatchStream<'s> {
                 let q = match part.queue.pop_front() {
                     None => break,
                     Some(Step::Send(q)) => q,
+                    Some(Step::Plain(plain)) => {
+                        if !self.send_plain(key, &part.target_topic, &plain) {
+                            // Nothing after it is sent: the stream stops here.
+                            part.queue.clear();
+                            return false;
+                        }
+                        self.settle(key, part);
+                        continue;
+                    }
                     Some(Step::TooLarge {
                         offset,
                         size,
@@ -1162,7 +1231,14 @@ impl<'s> BatchStream<'s> {
                 Outcome::Deferred => {}
                 Outcome::Refused { code, message } => {
                     let (q, ticket) = part.in_flight.take().expect("sent");
-                    self.refused(key, &part.target_topic, &q.out, ticket, &code, &message);
+                    self.refused(
+                        key,
+                        &part.target_topic,
+                        Span::of(&q.out),
+                        ticket,
+                        &code,
+                        &message,
+                    );
                     if self.settings.options.abort_on_send_failure {
                         // Nothing after it is sent: the stream stops here.
                         part.queue.clear();
@@ -1317,7 +1393,14 @@ impl<'s> BatchStream<'s> {
         let Some((q, ticket)) = part.in_flight.take() else {
             return true;
         };
-        self.refused(key, &part.target_topic, &q.out, ticket, code, message);
+        self.refused(
+            key,
+            &part.target_topic,
+            Span::of(&q.out),
+            ticket,
+            code,
+            message,
+        );
         if self.settings.options.abort_on_send_failure {
             part.queue.clear();
             return false;
@@ -1353,7 +1436,7 @@ impl<'s> BatchStream<'s> {
         &self,
         key: &Partition,
         target_topic: &str,
-        out: &OutBatch,
+        out: Span,
         ticket: Ticket,
         code: &str,
         message: &str,
@@ -1435,6 +1518,113 @@ impl<'s> BatchStream<'s> {
                 "{what}; skipped (--abort.on.send.failure false)"
             );
         }
+    }
+
+    /// The step for the records of `batch` from `from` on, which the codec refused to encode
+    /// again: the record at `offset` repeats a header key. They go through librdkafka's
+    /// producer ([`Step::Plain`]), which carries headers as a list.
+    fn plain_step(
+        &self,
+        batch: &super::batch::SourceBatch,
+        from: i64,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<Step, BatchError> {
+        let records = plain_records(batch, from)?;
+        let count = records.len() as u64;
+        Stats::add(&self.shared.stats.consumed, count);
+        Stats::add(&self.shared.stats.consumed_bytes, batch.size() as u64);
+        self.charge((batch.size() as u64, count));
+        tracing::debug!(
+            stream = self.stream,
+            "source {topic}/{partition}: the record at offset {offset} repeats a header key in \
+             a batch that must be encoded again; the batch's {count} records from offset {from} \
+             go through librdkafka's producer, which keeps every header"
+        );
+        Ok(Step::Plain(PlainStep {
+            records,
+            compression: batch.compression(),
+            size: batch.size(),
+        }))
+    }
+
+    /// Sends a [`Step::Plain`] through librdkafka's producer and waits for every report (at
+    /// most one request wait, as a round): everything before it of its partition is
+    /// acknowledged, and nothing after it is sent meanwhile. Acknowledged, the commit point
+    /// moves past it and each record's target offset is mapped; a failure is a send failure
+    /// as a refused batch is. Returns `false` when the stream stops at it (abort mode).
+    fn send_plain(&self, key: &Partition, target_topic: &str, plain: &PlainStep) -> bool {
+        let span = Span {
+            first_source_offset: plain.first_offset(),
+            last_source_offset: plain.last_offset(),
+            records: plain.records.len() as i32,
+        };
+        let ticket = self.shared.tracker().begin(
+            &key.0,
+            key.1,
+            span.first_source_offset,
+            None,
+            plain.size,
+            1,
+        );
+        Stats::add(&self.shared.stats.produced, plain.records.len() as u64);
+        let sent = self
+            .plain
+            .borrow_mut()
+            .get_or_insert_with(|| {
+                tracing::info!(
+                    stream = self.stream,
+                    "source {}/{} offsets {} to {}: a batch that must be encoded again holds a \
+                     record repeating a header key, which the batch codec cannot carry; such \
+                     records go through librdkafka's producer, every header kept, in order",
+                    key.0,
+                    key.1,
+                    span.first_source_offset,
+                    span.last_source_offset
+                );
+                PlainProducers::new(
+                    self.settings.producer.client_config(),
+                    crate::settings::batch_request_wait(self.settings),
+                )
+            })
+            .send(target_topic, key.1, plain.compression, &plain.records);
+        let offsets = match sent {
+            Ok(offsets) => offsets,
+            Err(failure) => {
+                self.refused(
+                    key,
+                    target_topic,
+                    span,
+                    ticket,
+                    &failure.code,
+                    &format!("{} (sent through librdkafka's producer)", failure.message),
+                );
+                return !self.settings.options.abort_on_send_failure;
+            }
+        };
+        let mut tracker = self.shared.tracker();
+        tracker.ack(ticket);
+        tracker.advance_to_position(&key.0, key.1, span.last_source_offset + 1);
+        if let Some(mapping) = &self.shared.mapping {
+            let mut recorder = mapping.recorder();
+            for (record, target_offset) in plain.records.iter().zip(offsets) {
+                recorder.acked(
+                    (&key.0, key.1),
+                    record.offset,
+                    (target_topic, key.1),
+                    target_offset,
+                );
+            }
+        }
+        drop(tracker);
+        Stats::add(&self.shared.stats.acknowledged, plain.records.len() as u64);
+        if let Some(newest) = plain.records.iter().map(|r| r.timestamp).max() {
+            if newest >= 0 {
+                self.shared.stats.recorded.observe_latency(newest);
+            }
+        }
+        true
     }
 
     /// Stop fetching (nothing is on the wire between turns), commit what was acknowledged,

@@ -863,3 +863,68 @@ fn copy_path_throughput() {
         );
     }
 }
+
+/// `records` as [`plain_records`] should read them: every field, headers in order.
+fn as_plain(records: &[Record]) -> Vec<PlainRecord> {
+    records
+        .iter()
+        .map(|r| PlainRecord {
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key: r.key.clone(),
+            value: r.value.clone(),
+            headers: r
+                .headers
+                .iter()
+                .map(|(k, v)| (Bytes::copy_from_slice(k.as_bytes()), v.clone()))
+                .collect(),
+        })
+        .collect()
+}
+
+#[test]
+fn plain_records_read_every_field_of_every_codec_from_the_start_on() {
+    for codec in CODECS {
+        let source = Source::new(codec, 100, 12);
+        let expected = as_plain(&source.records());
+        let read = plain_records(&source.source_batch(), 104).unwrap();
+        assert_eq!(read, expected[4..], "{codec:?}");
+    }
+}
+
+#[test]
+fn plain_records_keep_a_repeated_header_key_in_order() {
+    let source = Source::new(Compression::None, 10, 3);
+    // The first record's two headers, "trace" and "empty", both called "trace".
+    let mut repeated = as_plain(&source.records());
+    repeated[0].headers[1].0 = Bytes::from_static(b"trace");
+    let bytes = source.batch();
+    let at = bytes
+        .windows(5)
+        .position(|w| w == b"empty")
+        .expect("the header key");
+    let batch = only(patched(&bytes, |b| b[at..at + 5].copy_from_slice(b"trace")));
+    let read = plain_records(&batch, 10).unwrap();
+    assert_eq!(read, repeated);
+    assert_eq!(
+        read[0].headers,
+        vec![
+            (Bytes::from_static(b"trace"), Some(Bytes::from("t-10"))),
+            (Bytes::from_static(b"trace"), None)
+        ]
+    );
+    // What the engine falls back from: the crate's encoder cannot carry it.
+    assert!(matches!(
+        prepare(&batch, 10, 100, STAMP),
+        Err(BatchError::RepeatedHeaderKey { offset: 10, .. })
+    ));
+}
+
+#[test]
+fn plain_records_of_a_log_append_time_batch_carry_the_append_time() {
+    let source = Source::new(Compression::Lz4, 50, 5);
+    let batch = only(with_log_append_time(&source.batch(), 1_800_000_000_000));
+    let read = plain_records(&batch, 50).unwrap();
+    assert_eq!(read.len(), 5);
+    assert!(read.iter().all(|r| r.timestamp == 1_800_000_000_000));
+}

@@ -1,0 +1,211 @@
+//! Records the batch codec cannot encode again, sent through librdkafka's producer.
+//!
+//! A batch that must be encoded again (a start inside it, gaps, LogAppendTime, too large) and
+//! holds a record whose headers repeat a key cannot go through the `kafka-protocol` crate's
+//! encoder, whose `Record` keeps headers in a map. Its records, read as they are
+//! ([`plain_records`](super::batch::plain_records)), go instead through a librdkafka producer
+//! of the target (idempotent, `acks=all`, the source batch's codec, the producer config's
+//! connection and security keys), which carries headers as a list. The engine sends them only
+//! once everything before them of their partition is acknowledged, and waits for every report
+//! before anything after them is sent: order per partition holds across the two producers.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::records::Compression;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
+use rdkafka::ClientConfig;
+
+use super::batch::PlainRecord;
+use crate::mirror::clients::{self, Cluster};
+use crate::native::produce::{produce, Outgoing, RawHeaders};
+
+/// Collects one send's delivery reports: per record (the opaque is its index), its target
+/// offset or the error.
+#[derive(Default)]
+pub(crate) struct Reports(Mutex<Vec<(usize, Result<i64, KafkaError>)>>);
+
+impl ClientContext for Reports {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        clients::librdkafka_log(Cluster::Target, level, fac, message);
+    }
+}
+
+impl ProducerContext for Reports {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, index: usize) {
+        let outcome = match result {
+            Ok(delivered) => Ok(delivered.offset()),
+            Err((error, _)) => Err(error.clone()),
+        };
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((index, outcome));
+    }
+}
+
+/// A send that did not land whole: the code and what happened, for the engine's refusal.
+#[derive(Debug)]
+pub(crate) struct PlainFailure {
+    pub(crate) code: String,
+    pub(crate) message: String,
+}
+
+/// The librdkafka producers for plain records, one per codec, made when first needed.
+pub(crate) struct PlainProducers {
+    config: ClientConfig,
+    /// How long one send may take: librdkafka's `message.timeout.ms` for these producers.
+    wait: Duration,
+    by_codec: HashMap<i16, BaseProducer<Reports>>,
+}
+
+fn codec_name(compression: Compression) -> &'static str {
+    match compression {
+        Compression::None => "none",
+        Compression::Gzip => "gzip",
+        Compression::Snappy => "snappy",
+        Compression::Lz4 => "lz4",
+        Compression::Zstd => "zstd",
+    }
+}
+
+impl PlainProducers {
+    /// From the target producer's librdkafka config; a send waits at most `wait`.
+    pub(crate) fn new(mut config: ClientConfig, wait: Duration) -> PlainProducers {
+        let ms = wait.as_millis().max(1).to_string();
+        config
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "0")
+            // A send is over when every record is reported: delivered, or failed in time.
+            .set("message.timeout.ms", &ms)
+            .set("enable.gapless.guarantee", "false");
+        PlainProducers {
+            config,
+            wait,
+            by_codec: HashMap::new(),
+        }
+    }
+
+    /// Sends `records` to `topic`/`partition` with `compression`, in order, and waits for every
+    /// report: the target offset of each, or the first failure (the records may then be on the
+    /// target in part, or whole: a report may be lost). A producer that failed is not used
+    /// again: the next send makes a new one.
+    pub(crate) fn send(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        compression: Compression,
+        records: &[PlainRecord],
+    ) -> Result<Vec<i64>, PlainFailure> {
+        let codec = compression as i16;
+        let producer = match self.by_codec.remove(&codec) {
+            Some(producer) => producer,
+            None => {
+                let mut config = self.config.clone();
+                config.set("compression.type", codec_name(compression));
+                config
+                    .create_with_context(Reports::default())
+                    .map_err(|e| failure("ProducerCreate", e.to_string()))?
+            }
+        };
+        let offsets = send_with(&producer, self.wait, topic, partition, records)?;
+        self.by_codec.insert(codec, producer);
+        Ok(offsets)
+    }
+}
+
+fn failure(code: &str, message: String) -> PlainFailure {
+    PlainFailure {
+        code: code.to_owned(),
+        message,
+    }
+}
+
+fn send_with(
+    producer: &BaseProducer<Reports>,
+    wait: Duration,
+    topic: &str,
+    partition: i32,
+    records: &[PlainRecord],
+) -> Result<Vec<i64>, PlainFailure> {
+    let name = CString::new(topic)
+        .map_err(|_| failure("InvalidTopic", format!("topic {topic:?} holds a NUL byte")))?;
+    for (index, record) in records.iter().enumerate() {
+        let mut headers = RawHeaders::none();
+        for (key, value) in &record.headers {
+            headers.add(key, value.as_deref());
+        }
+        let mut out = Outgoing {
+            partition: Some(partition),
+            key: record.key.as_deref(),
+            value: record.value.as_deref(),
+            timestamp: Some(record.timestamp),
+            headers,
+            opaque: index,
+        };
+        // A full queue empties as reports come in.
+        let deadline = Instant::now() + wait;
+        loop {
+            match produce(producer, &name, &mut out) {
+                Ok(()) => break,
+                Err(RDKafkaErrorCode::QueueFull) if Instant::now() < deadline => {
+                    producer.poll(Duration::from_millis(10));
+                }
+                Err(code) => {
+                    return Err(failure(
+                        &format!("{code:?}"),
+                        format!("source offset {}: {code}", record.offset),
+                    ))
+                }
+            }
+        }
+    }
+    // librdkafka reports every record within its message timeout (`wait`); a little more for
+    // the report itself.
+    let limit = wait + Duration::from_secs(5);
+    let deadline = Instant::now() + limit;
+    let mut offsets = vec![-1; records.len()];
+    let mut reported = 0;
+    while reported < records.len() {
+        if Instant::now() >= deadline {
+            return Err(failure(
+                "NoReport",
+                format!(
+                    "{} of {} records unreported by librdkafka within {limit:?}",
+                    records.len() - reported,
+                    records.len()
+                ),
+            ));
+        }
+        producer.poll(Duration::from_millis(10));
+        let reports = std::mem::take(
+            &mut *producer
+                .context()
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for (index, outcome) in reports {
+            reported += 1;
+            match outcome {
+                Ok(offset) => offsets[index] = offset,
+                Err(error) => {
+                    return Err(failure(
+                        &clients::code_name(&error),
+                        format!("source offset {}: {error}", records[index].offset),
+                    ))
+                }
+            }
+        }
+    }
+    Ok(offsets)
+}
