@@ -630,6 +630,12 @@ fn records_deleted_by_retention_before_the_batch_engine_read_them_are_logged_and
 const REFUSED_AT: u64 = 2000;
 
 fn a_lane_with_a_record_the_target_refuses(topic: &'static str) -> Endpoints {
+    lane_with_a_refused_record(topic, false)
+}
+
+/// As [`a_lane_with_a_record_the_target_refuses`]; with `repeated_headers`, every record
+/// carries the header `hop` twice.
+fn lane_with_a_refused_record(topic: &'static str, repeated_headers: bool) -> Endpoints {
     let pair = SharedPair::get(KAFKA_4);
     let lane = pair.lane(topic, PARTITIONS);
     pair.target
@@ -649,6 +655,14 @@ fn a_lane_with_a_record_the_target_refuses(topic: &'static str) -> Endpoints {
                 .timestamp(s.timestamp);
             record.key = s.key.as_deref();
             record.payload = value;
+            if repeated_headers {
+                use rdkafka::message::{Header, OwnedHeaders};
+                let hop = |value: &'static str| Header {
+                    key: "hop",
+                    value: Some(value),
+                };
+                record = record.headers(OwnedHeaders::new().insert(hop("a")).insert(hop("b")));
+            }
             send_waiting(&p, record, None).expect("producing to the source");
         }
         p.poll(Duration::ZERO);
@@ -694,6 +708,53 @@ fn a_record_the_target_refuses_stops_the_batch_engine_at_it_in_abort_mode() {
     assert!(
         target == source[..REFUSED_AT as usize],
         "partition 0: the target holds {} records, not the {REFUSED_AT} before the refused one",
+        target.len()
+    );
+}
+
+/// The same refused record in a batch whose records repeat a header key: that batch is too
+/// large for the target topic and must be split (encoded again), which the crate's encoder
+/// cannot do with a repeated key, so its records go through librdkafka's producer; the target
+/// refuses the large one there. Abort mode still holds: exit 1, the commit at or before the
+/// refused record (at the start of that batch: librdkafka's send is one step for the engine),
+/// and nothing after the refused record on the target (its producer keeps no gap:
+/// `enable.gapless.guarantee`).
+#[test]
+fn a_record_refused_on_the_plain_path_stops_the_batch_engine_in_abort_mode() {
+    let started = Instant::now();
+    let lane = lane_with_a_refused_record("refused-plain", true);
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .flag("--sync.topic.configs", "false")
+        .commit_ms(200)
+        .start();
+    let status = mirror.wait(Duration::from_secs(90));
+    let log = mirror.log();
+    let committed = lane.committed();
+    let source = lane.source_records(0);
+    let target = lane.target_records(lane.topic, 0);
+    eprintln!(
+        "TRIAL batches refused-record plain kafka 4.4.0: exit {:?}, committed {committed:?}, \
+         target partition 0 holds {} records (the refused one at offset {REFUSED_AT}), {:.0} s",
+        status.code(),
+        target.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    assert!(
+        log.contains("such records go through librdkafka's producer")
+            && log.contains("sent through librdkafka's producer"),
+        "the refusal did not come from the plain path; log:\n{log}"
+    );
+    assert!(
+        (0..=REFUSED_AT as i64).contains(&committed[0]),
+        "the commit is past the refused record; log:\n{log}"
+    );
+    assert!(
+        target.len() <= REFUSED_AT as usize && target == source[..target.len()],
+        "partition 0: the target holds {} records, more than the {REFUSED_AT} before the \
+         refused one or not the source's first ones",
         target.len()
     );
 }

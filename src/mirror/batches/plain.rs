@@ -86,8 +86,9 @@ impl PlainProducers {
             .set("acks", "all")
             .set("linger.ms", "0")
             // A send is over when every record is reported: delivered, or failed in time.
-            .set("message.timeout.ms", &ms)
-            .set("enable.gapless.guarantee", "false");
+            // `enable.gapless.guarantee` stays the config's (on with --abort.on.send.failure
+            // true): a record refused for good lets none after it land.
+            .set("message.timeout.ms", &ms);
         PlainProducers {
             config,
             wait,
