@@ -206,6 +206,34 @@ fn the_source_consumer_never_fetches() {
     );
 }
 
+/// The group's commit of `lane`'s partition 0 set two records into its first source batch of
+/// five or more records (the other partitions' commits as `others` say), then a batch mirror
+/// until it has caught up and stopped (exit 0). Returns that batch, the start and the log.
+fn mirror_from_inside_a_batch(
+    pair: &SharedPair,
+    lane: &Endpoints,
+    others: &[(i32, i64)],
+) -> (StoredBatch, i64, String) {
+    let big = pair
+        .source
+        .stored_batches(lane.topic, 0)
+        .into_iter()
+        .find(|b| b.last_offset - b.base_offset >= 4)
+        .expect("a batch of several records");
+    let start = big.base_offset + 2;
+    let mut commits = vec![(0, start)];
+    commits.extend_from_slice(others);
+    commit_offsets(&lane.src(), lane.group, lane.topic, &commits);
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .commit_ms(300)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    (big, start, mirror.log())
+}
+
 /// A committed offset inside a source batch: the records before it are not copied again.
 #[test]
 fn a_committed_offset_inside_a_batch_copies_nothing_before_it() {
@@ -216,20 +244,7 @@ fn a_committed_offset_inside_a_batch_copies_nothing_before_it() {
         "inside",
         0..1000,
     );
-    let batches = pair.source.stored_batches("inside", 0);
-    let big = batches
-        .iter()
-        .find(|b| b.last_offset - b.base_offset >= 4)
-        .expect("a batch of several records");
-    let start = big.base_offset + 2;
-    commit_offsets(&lane.src(), lane.group, "inside", &[(0, start), (1, 0)]);
-    let mut mirror = lane
-        .mirror()
-        .flag("--copy.mode", "batches")
-        .commit_ms(300)
-        .start();
-    lane.wait_caught_up(&mut mirror);
-    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let (_, start, _) = mirror_from_inside_a_batch(pair, &lane, &[(1, 0)]);
     let s: Vec<Record> = lane.source_records(0);
     let t: Vec<Record> = lane.target_records(lane.topic, 0);
     assert!(
@@ -284,20 +299,7 @@ fn a_start_inside_a_batch_with_repeated_header_keys_keeps_every_header() {
     }
     p.flush(Duration::from_secs(30)).unwrap();
     let batches = pair.source.stored_batches("repeated-headers", 0);
-    let big = batches
-        .iter()
-        .find(|b| b.last_offset - b.base_offset >= 4)
-        .expect("a batch of several records");
-    let start = big.base_offset + 2;
-    commit_offsets(&lane.src(), lane.group, "repeated-headers", &[(0, start)]);
-    let mut mirror = lane
-        .mirror()
-        .flag("--copy.mode", "batches")
-        .commit_ms(300)
-        .start();
-    lane.wait_caught_up(&mut mirror);
-    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
-    let log = mirror.log();
+    let (big, start, log) = mirror_from_inside_a_batch(pair, &lane, &[]);
     assert!(
         log.contains("such records go through librdkafka's producer"),
         "log:\n{log}"
@@ -671,6 +673,45 @@ fn lane_with_a_refused_record(topic: &'static str, repeated_headers: bool) -> En
     lane
 }
 
+/// What an abort-mode batch mirror of a lane with a refused record left: its exit, its log,
+/// the group's commits, and partition 0 of both sides.
+struct Refusal {
+    status: std::process::ExitStatus,
+    log: String,
+    committed: Vec<i64>,
+    source: Vec<Record>,
+    target: Vec<Record>,
+}
+
+/// Runs a batch mirror of `lane` until it exits (60 s at most) and prints the `TRIAL batches
+/// {name}` line. The target topic's smaller limit is the premise: the topic-config sync, off
+/// here, would raise it to the source's.
+fn run_until_refused(lane: &Endpoints, name: &str, started: Instant) -> Refusal {
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .flag("--sync.topic.configs", "false")
+        .commit_ms(200)
+        .start();
+    let status = mirror.wait(Duration::from_secs(60));
+    let refusal = Refusal {
+        status,
+        log: mirror.log(),
+        committed: lane.committed(),
+        source: lane.source_records(0),
+        target: lane.target_records(lane.topic, 0),
+    };
+    eprintln!(
+        "TRIAL batches {name} kafka 4.4.0: exit {:?}, committed {:?}, target partition 0 holds \
+         {} records (the refused one at offset {REFUSED_AT}), {:.0} s",
+        refusal.status.code(),
+        refusal.committed,
+        refusal.target.len(),
+        started.elapsed().as_secs_f64()
+    );
+    refusal
+}
+
 /// A record the target refuses for good (larger than the target topic's `max.message.bytes`)
 /// in abort mode: exit 1, the committed offset of its partition stops at it, and every record
 /// before it, none after it, of that partition is on the target (the batch engine's twin of
@@ -679,26 +720,13 @@ fn lane_with_a_refused_record(topic: &'static str, repeated_headers: bool) -> En
 fn a_record_the_target_refuses_stops_the_batch_engine_at_it_in_abort_mode() {
     let started = Instant::now();
     let lane = a_lane_with_a_record_the_target_refuses("refused");
-    // The target topic's smaller limit is the premise: the topic-config sync would raise it to
-    // the source's.
-    let mut mirror = lane
-        .mirror()
-        .flag("--copy.mode", "batches")
-        .flag("--sync.topic.configs", "false")
-        .commit_ms(200)
-        .start();
-    let status = mirror.wait(Duration::from_secs(60));
-    let log = mirror.log();
-    let committed = lane.committed();
-    let source = lane.source_records(0);
-    let target = lane.target_records(lane.topic, 0);
-    eprintln!(
-        "TRIAL batches refused-record kafka 4.4.0: exit {:?}, committed {committed:?}, target \
-         partition 0 holds {} records (the refused one at offset {REFUSED_AT}), {:.0} s",
-        status.code(),
-        target.len(),
-        started.elapsed().as_secs_f64()
-    );
+    let Refusal {
+        status,
+        log,
+        committed,
+        source,
+        target,
+    } = run_until_refused(&lane, "refused-record", started);
     assert_eq!(status.code(), Some(1), "log:\n{log}");
     assert!(log.contains("refused/0 offset 2000"), "log:\n{log}");
     assert_eq!(
@@ -723,32 +751,22 @@ fn a_record_the_target_refuses_stops_the_batch_engine_at_it_in_abort_mode() {
 fn a_record_refused_on_the_plain_path_stops_the_batch_engine_in_abort_mode() {
     let started = Instant::now();
     let lane = lane_with_a_refused_record("refused-plain", true);
-    let mut mirror = lane
-        .mirror()
-        .flag("--copy.mode", "batches")
-        .flag("--sync.topic.configs", "false")
-        .commit_ms(200)
-        .start();
-    let status = mirror.wait(Duration::from_secs(90));
-    let log = mirror.log();
-    let committed = lane.committed();
-    let source = lane.source_records(0);
-    let target = lane.target_records(lane.topic, 0);
-    eprintln!(
-        "TRIAL batches refused-record plain kafka 4.4.0: exit {:?}, committed {committed:?}, \
-         target partition 0 holds {} records (the refused one at offset {REFUSED_AT}), {:.0} s",
-        status.code(),
-        target.len(),
-        started.elapsed().as_secs_f64()
-    );
+    let Refusal {
+        status,
+        log,
+        committed,
+        source,
+        target,
+    } = run_until_refused(&lane, "refused-record plain", started);
     assert_eq!(status.code(), Some(1), "log:\n{log}");
     assert!(
         log.contains("such records go through librdkafka's producer")
             && log.contains("sent through librdkafka's producer"),
         "the refusal did not come from the plain path; log:\n{log}"
     );
+    // -1: nothing committed, the refused record's batch starting at offset 0.
     assert!(
-        (0..=REFUSED_AT as i64).contains(&committed[0]),
+        committed[0] <= REFUSED_AT as i64,
         "the commit is past the refused record; log:\n{log}"
     );
     assert!(
@@ -1246,6 +1264,30 @@ fn move_leadership(
     format!("{topic}/0 led by broker {leader}, then {moved} (controlled shutdown), then {leader} again (preferred election)")
 }
 
+/// The leader of `lane`'s partition 0 on `cluster` (the `side`) SIGKILLed, the mirror copying
+/// without it (its partitions led by others once it is fenced), then started again.
+fn kill_and_restart_leader(
+    cluster: &mut KafkaCluster,
+    side: &str,
+    mirror: &mut Mirror,
+    lane: &Endpoints,
+) -> String {
+    let leader = cluster.leader(lane.topic, 0);
+    cluster.kill(leader);
+    commits_advance(
+        lane,
+        mirror,
+        200,
+        &format!("commits with a {side} broker dead"),
+    );
+    let moved = cluster.leader(lane.topic, 0);
+    cluster.restart(leader);
+    format!(
+        "{}/0's {side} leader, broker {leader}, SIGKILLed (then led by {moved}) and restarted",
+        lane.topic
+    )
+}
+
 /// Leadership of the source's partitions moves twice under load (the leader's controlled
 /// shutdown, then a preferred leader election after its restart): the fetcher follows the
 /// leader (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, a closed connection), and every record
@@ -1285,13 +1327,7 @@ fn a_target_leader_killed_mid_request_loses_nothing_and_keeps_order() {
         "target-killed",
         Reach::Direct,
         &[],
-        |p, m, lane| {
-            let leader = p.target.leader(lane.topic, 0);
-            p.target.kill(leader);
-            commits_advance(lane, m, 200, "commits with a target broker dead");
-            p.target.restart(leader);
-            format!("target-killed/0's leader, broker {leader}, SIGKILLed and restarted")
-        },
+        |p, m, lane| kill_and_restart_leader(&mut p.target, "target", m, lane),
     );
 }
 
@@ -1306,17 +1342,7 @@ fn a_source_leader_killed_mid_fetch_loses_nothing_and_keeps_order() {
         "source-killed",
         Reach::Direct,
         &[],
-        |p, m, lane| {
-            let leader = p.source.leader(lane.topic, 0);
-            p.source.kill(leader);
-            commits_advance(lane, m, 200, "commits with a source broker dead");
-            let moved = p.source.leader(lane.topic, 0);
-            p.source.restart(leader);
-            format!(
-                "source-killed/0's leader, broker {leader}, SIGKILLed (then led by {moved}) \
-                 and restarted"
-            )
-        },
+        |p, m, lane| kill_and_restart_leader(&mut p.source, "source", m, lane),
     );
     // The kill met the fetcher: a fetch failed (the connection, or a leader that moved).
     let failures: Vec<&str> = log

@@ -389,19 +389,8 @@ impl KafkaCluster {
             let text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
             std::fs::write(node.dir.join("server.properties"), text).expect("server.properties");
             let log = node.dir.join("server.log");
-            // 3.9 logs through reload4j, 4.x through log4j2: each reads its own file.
-            std::fs::write(
-                node.dir.join("log4j.properties"),
-                format!(
-                    "log4j.rootLogger=INFO, file\n\
-                     log4j.appender.file=org.apache.log4j.FileAppender\n\
-                     log4j.appender.file.File={}\n\
-                     log4j.appender.file.layout=org.apache.log4j.PatternLayout\n\
-                     log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n",
-                    log.display()
-                ),
-            )
-            .expect("log4j.properties");
+            // 2.8 and 3.9 log through reload4j, 4.x through log4j2: each reads its own file.
+            write_reload4j_config(&node.dir, &log);
             std::fs::write(
                 node.dir.join("log4j2.properties"),
                 format!(
@@ -966,6 +955,22 @@ fn java_with(libs: &Path, node_dir: &Path, options: &[String]) -> Command {
     cmd
 }
 
+/// `dir/log4j.properties`: reload4j logging everything from INFO into `log`.
+fn write_reload4j_config(dir: &Path, log: &Path) {
+    std::fs::write(
+        dir.join("log4j.properties"),
+        format!(
+            "log4j.rootLogger=INFO, file\n\
+             log4j.appender.file=org.apache.log4j.FileAppender\n\
+             log4j.appender.file.File={}\n\
+             log4j.appender.file.layout=org.apache.log4j.PatternLayout\n\
+             log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n",
+            log.display()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("writing {}/log4j.properties: {e}", dir.display()));
+}
+
 /// A standalone ZooKeeper on `port` keeping its data in `dir` (the one Kafka 2.8 ships), once
 /// it answers `srvr`.
 fn start_zookeeper(libs: &Path, port: u16, dir: &Path) -> Child {
@@ -979,19 +984,7 @@ fn start_zookeeper(libs: &Path, port: u16, dir: &Path) -> Child {
         ),
     )
     .expect("zoo.cfg");
-    // Its logging goes where a node's would: the cluster folder's ZooKeeper log.
-    std::fs::write(
-        dir.join("log4j.properties"),
-        format!(
-            "log4j.rootLogger=INFO, file\n\
-             log4j.appender.file=org.apache.log4j.FileAppender\n\
-             log4j.appender.file.File={}\n\
-             log4j.appender.file.layout=org.apache.log4j.PatternLayout\n\
-             log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n",
-            dir.join("zookeeper.log").display()
-        ),
-    )
-    .expect("log4j.properties");
+    write_reload4j_config(dir, &dir.join("zookeeper.log"));
     let out = std::fs::File::create(dir.join("stdout.log")).expect("stdout.log");
     let mut cmd = java(libs, dir);
     cmd.arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
@@ -1642,18 +1635,7 @@ impl MirrorMaker2 {
             .expect("a temporary directory");
         let file = dir.path().join("mm2.properties");
         std::fs::write(&file, properties).expect("mm2.properties");
-        std::fs::write(
-            dir.path().join("log4j.properties"),
-            format!(
-                "log4j.rootLogger=INFO, file\n\
-                 log4j.appender.file=org.apache.log4j.FileAppender\n\
-                 log4j.appender.file.File={}\n\
-                 log4j.appender.file.layout=org.apache.log4j.PatternLayout\n\
-                 log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n",
-                dir.path().join("mm2.log").display()
-            ),
-        )
-        .expect("log4j.properties");
+        write_reload4j_config(dir.path(), &dir.path().join("mm2.log"));
         let out = std::fs::File::create(dir.path().join("stdout.log")).expect("stdout.log");
         let mut cmd = java_with(&libs, dir.path(), options);
         cmd.arg("org.apache.kafka.connect.mirror.MirrorMaker")
