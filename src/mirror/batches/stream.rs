@@ -1603,27 +1603,18 @@ impl<'s> BatchStream<'s> {
                 return !self.settings.options.abort_on_send_failure;
             }
         };
-        let mut tracker = self.shared.tracker();
-        tracker.ack(ticket);
-        tracker.advance_to_position(&key.0, key.1, span.last_source_offset + 1);
-        if let Some(mapping) = &self.shared.mapping {
-            let mut recorder = mapping.recorder();
-            for (record, target_offset) in plain.records.iter().zip(offsets) {
-                recorder.acked(
-                    (&key.0, key.1),
-                    record.offset,
-                    (target_topic, key.1),
-                    target_offset,
-                );
-            }
-        }
-        drop(tracker);
-        Stats::add(&self.shared.stats.acknowledged, plain.records.len() as u64);
-        if let Some(newest) = plain.records.iter().map(|r| r.timestamp).max() {
-            if newest >= 0 {
-                self.shared.stats.recorded.observe_latency(newest);
-            }
-        }
+        let acked = Acked {
+            last_source_offset: span.last_source_offset,
+            records: plain.records.len() as u64,
+            newest: plain
+                .records
+                .iter()
+                .map(|r| r.timestamp)
+                .max()
+                .unwrap_or(-1),
+        };
+        let mapped = plain.records.iter().map(|r| r.offset).zip(offsets);
+        acknowledge(&self.shared, key, target_topic, ticket, acked, mapped);
         true
     }
 
@@ -1694,31 +1685,61 @@ fn record_ack(
     ticket: Ticket,
     base_offset: i64,
 ) {
+    let records = out.records.max(0) as usize;
+    let mapped = (0..records).map(|i| {
+        let target_offset = if base_offset < 0 {
+            -1
+        } else {
+            base_offset + i as i64
+        };
+        (out.source_offset(i), target_offset)
+    });
+    // One observation per batch, from its newest record: the records are not decoded for
+    // their own timestamps (a backlog's age shows all the same).
+    let acked = Acked {
+        last_source_offset: out.last_source_offset,
+        records: records as u64,
+        newest: out.max_timestamp(),
+    };
+    acknowledge(shared, key, target_topic, ticket, acked, mapped);
+}
+
+/// An acknowledged step's counts: its last source record, its records, and the timestamp of
+/// its newest record (negative: none).
+struct Acked {
+    last_source_offset: i64,
+    records: u64,
+    newest: i64,
+}
+
+/// The commit point past an acknowledged step (a batch of ours, or records librdkafka wrote),
+/// each record's `(source offset, target offset)` recorded in the offset mapping, the counts
+/// and one latency observation.
+fn acknowledge(
+    shared: &StreamShared,
+    key: &Partition,
+    target_topic: &str,
+    ticket: Ticket,
+    acked: Acked,
+    mapped: impl Iterator<Item = (i64, i64)>,
+) {
     let mut tracker = shared.tracker();
     tracker.ack(ticket);
-    tracker.advance_to_position(&key.0, key.1, out.last_source_offset + 1);
+    tracker.advance_to_position(&key.0, key.1, acked.last_source_offset + 1);
     if let Some(mapping) = &shared.mapping {
         let mut recorder = mapping.recorder();
-        for i in 0..out.records.max(0) as usize {
-            let target_offset = if base_offset < 0 {
-                -1
-            } else {
-                base_offset + i as i64
-            };
+        for (source_offset, target_offset) in mapped {
             recorder.acked(
                 (&key.0, key.1),
-                out.source_offset(i),
+                source_offset,
                 (target_topic, key.1),
                 target_offset,
             );
         }
     }
     drop(tracker);
-    Stats::add(&shared.stats.acknowledged, out.records as u64);
-    // One observation per batch, from its newest record: the records are not decoded for
-    // their own timestamps (a backlog's age shows all the same).
-    let newest = out.max_timestamp();
-    if newest >= 0 {
-        shared.stats.recorded.observe_latency(newest);
+    Stats::add(&shared.stats.acknowledged, acked.records);
+    if acked.newest >= 0 {
+        shared.stats.recorded.observe_latency(acked.newest);
     }
 }
