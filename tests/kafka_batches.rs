@@ -62,6 +62,31 @@ fn same_records(lane: &Endpoints) {
     }
 }
 
+/// The default engine choice (`--copy.mode auto`, no flag given) copies batches on Kafka where
+/// no setting needs the record engine, and says so once at start.
+#[test]
+fn the_default_copies_batches_on_kafka() {
+    let lane = SharedPair::get(KAFKA_4).lane("default-engine", PARTITIONS);
+    let p = producer(
+        &lane.src(),
+        &[("compression.type", "lz4"), ("linger.ms", "20")],
+    );
+    write(&p, "default-engine", 0..1000);
+    let mut mirror = lane.mirror().default_copy_mode().commit_ms(300).start();
+    mirror.wait_for_log(
+        "copying record batches as they are (--copy.mode auto)",
+        "the batch engine, chosen by default",
+    );
+    lane.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    same_records(&lane);
+    assert!(
+        !mirror.log().contains("copying records"),
+        "the record engine never started:\n{}",
+        mirror.log()
+    );
+}
+
 /// Every codec's batches reach the target as the same batches (same record counts, same
 /// codec), every record identical field by field.
 fn every_codec_is_forwarded_batch_for_batch(version: KafkaVersion) {

@@ -33,6 +33,59 @@ fn every_record_is_copied_faithfully_and_shutdown_commits_what_was_acknowledged(
     assert_eq!(clusters.committed(), vec![750; 4]);
 }
 
+/// The default engine choice (`--copy.mode auto`) asks one broker of each cluster at start
+/// whether the batch engine can speak to it; librdkafka's mock cluster does not answer its
+/// ApiVersions v3, so the mirror copies records, says why once, and loses nothing.
+#[test]
+fn the_default_copies_records_where_the_batch_engine_cannot_speak_to_the_brokers() {
+    let clusters = MockPair::new(TOPIC, 4);
+    clusters.write(0..1000);
+    let mut mirror = clusters.mirror().default_copy_mode().commit_ms(300).start();
+    mirror.wait_for_log(
+        "--copy.mode auto: copying records, the batch engine cannot serve the source cluster's brokers",
+        "the fallback to the record engine, with its reason",
+    );
+    wait_until(Duration::from_secs(60), "all records on the target", || {
+        clusters.compare().target >= 1000 || !mirror.is_running()
+    });
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let c = clusters.compare();
+    assert!(c.is_exact() && c.source == 1000, "{c:?}");
+    let log = mirror.log();
+    assert!(
+        log.contains("ApiVersions"),
+        "the reason names the request refused:\n{log}"
+    );
+    assert!(
+        !log.contains("copying record batches"),
+        "the batch engine never started:\n{log}"
+    );
+}
+
+/// The default engine choice copies records when a setting needs them (here hash
+/// partitioning, which the batch engine cannot serve: it keeps each batch's partition), and
+/// names that setting once at start, before asking any broker.
+#[test]
+fn the_default_copies_records_where_a_setting_needs_them() {
+    let clusters = MockPair::new(TOPIC, 4);
+    clusters.write(0..1000);
+    let mut mirror = clusters
+        .mirror()
+        .default_copy_mode()
+        .flag("--partitioning", "hash")
+        .commit_ms(300)
+        .start();
+    mirror.wait_for_log(
+        "--copy.mode auto: copying records, the batch engine cannot serve --partitioning hash",
+        "the fallback to the record engine, naming the setting",
+    );
+    wait_until(Duration::from_secs(60), "all records on the target", || {
+        clusters.compare().target >= 1000 || !mirror.is_running()
+    });
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    assert_eq!(clusters.compare().target, 1000);
+}
+
 #[test]
 fn a_mirror_killed_mid_stream_resumes_from_its_commits_without_loss() {
     let clusters = MockPair::new(TOPIC, 4);

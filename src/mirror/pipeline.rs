@@ -52,14 +52,28 @@ pub fn run(
 ) -> Result<Summary, MirrorError> {
     let source = probe(settings, Cluster::Source)?;
     probe(settings, Cluster::Target)?;
-    let (capped, limits) = cap_batch_size(settings, &source)?;
+    let (mut capped, limits) = cap_batch_size(settings, &source)?;
+    if capped.batches_by_auto {
+        let wait = crate::settings::batch_request_wait(&capped);
+        if let Some(reason) =
+            super::batches::cluster::unspoken(&capped.consumer, &capped.producer, wait)
+        {
+            capped.batches = false;
+            capped.batches_refused = Some(reason);
+        }
+    }
     let settings = &capped;
     if !settings.batches {
         // librdkafka's producer is not the one that writes the records in the batch engine.
         clients::explain_gapless(&settings.producer);
     }
     if settings.batches {
-        tracing::info!("copying record batches as they are (--copy.mode batches)");
+        let mode = if settings.batches_by_auto {
+            "auto"
+        } else {
+            "batches"
+        };
+        tracing::info!("copying record batches as they are (--copy.mode {mode})");
         if crate::native::malloc::keep_freed_buffers() {
             tracing::debug!("malloc: freed batch buffers kept for the next ones");
         }

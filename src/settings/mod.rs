@@ -35,8 +35,8 @@ pub mod defaults {
     pub const ABORT_ON_SEND_FAILURE: bool = true;
     pub const NO_DATA_LOSS: bool = true;
     pub const PARTITIONING: Partitioning = Partitioning::Preserve;
-    /// Records until every trial on Apache Kafka passes with both engines (issue 22).
-    pub const COPY_MODE: super::flags::CopyMode = super::flags::CopyMode::Records;
+    /// The batch engine wherever it can serve the settings (issue 22).
+    pub const COPY_MODE: super::flags::CopyMode = super::flags::CopyMode::Auto;
     pub const ON_SOURCE_GAP: super::flags::SourceGap = super::flags::SourceGap::Skip;
     /// As before the policy existed: a handler error stops the mirror.
     pub const ON_HANDLER_ERROR: super::flags::HandlerErrorPolicy =
@@ -96,6 +96,8 @@ pub fn counted(n: impl std::fmt::Display, noun: &str) -> String {
     let n = n.to_string();
     if n == "1" {
         format!("1 {noun}")
+    } else if ["s", "x", "ch", "sh"].iter().any(|end| noun.ends_with(end)) {
+        format!("{n} {noun}es")
     } else {
         format!("{n} {noun}s")
     }
@@ -157,6 +159,9 @@ pub struct Settings {
     pub batches: bool,
     /// `--copy.mode auto` fell back to records: why (logged once at start).
     pub batches_refused: Option<String>,
+    /// `--copy.mode auto` chose the batch engine: a broker it cannot speak to at start makes it
+    /// copy records instead (with `--copy.mode batches` that is an error).
+    pub batches_by_auto: bool,
 }
 
 /// `--heartbeats.interval.ms` and `--heartbeats.topic`.
@@ -386,7 +391,10 @@ impl Settings {
             }
             (flags::CopyMode::Batches, None) => settings.batches = true,
             (flags::CopyMode::Auto, Some(reason)) => settings.batches_refused = Some(reason),
-            (flags::CopyMode::Auto, None) => settings.batches = true,
+            (flags::CopyMode::Auto, None) => {
+                settings.batches = true;
+                settings.batches_by_auto = true;
+            }
         }
         Ok(settings)
     }
@@ -479,6 +487,7 @@ impl Settings {
             sync_topic_acls: None,
             batches: false,
             batches_refused: None,
+            batches_by_auto: false,
         })
     }
 }
@@ -819,6 +828,13 @@ mod tests {
             ..SettingsOptions::default()
         };
         Settings::new(consumer, producer, TopicFilter::new("t").unwrap(), options).unwrap()
+    }
+
+    #[test]
+    fn counted_nouns_take_their_plural() {
+        assert_eq!(counted(1, "batch"), "1 batch");
+        assert_eq!(counted(0, "batch"), "0 batches");
+        assert_eq!(counted(3, "stream"), "3 streams");
     }
 
     #[test]

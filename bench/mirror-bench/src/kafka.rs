@@ -959,11 +959,16 @@ impl<'a> Bench<'a> {
                         std::env::var("BENCH_LOG").unwrap_or_else(|_| "warn".into()),
                     )
                     .env("NO_COLOR", "1");
-                if contender == Contender::MirrorBatches {
-                    // Only here: the records contender's command line stays as it was (and
-                    // works with a --mirror-bin that predates the flag).
-                    cmd.args(["--copy.mode", "batches"]);
-                }
+                // Each contender names its engine: the default (`auto`) would give the
+                // records contender the batch engine.
+                cmd.args([
+                    "--copy.mode",
+                    if contender == Contender::MirrorBatches {
+                        "batches"
+                    } else {
+                        "records"
+                    },
+                ]);
                 cmd
             }
             Contender::Mm1 | Contender::Mm1Tuned => {

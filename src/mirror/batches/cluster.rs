@@ -10,7 +10,10 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{MetadataRequest, TopicName};
+use kafka_protocol::messages::{
+    FetchRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest,
+    TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 
 use super::sasl::Sasl;
@@ -274,6 +277,44 @@ impl Cluster {
                 last: "Metadata listed no broker".to_owned(),
             })
     }
+}
+
+/// Why the batch engine cannot speak to the source's or the target's brokers, if it cannot:
+/// asked once at start when `--copy.mode auto` chose the engine, so that a broker it does not
+/// speak to (older than Kafka 2.4, librdkafka's mock cluster, a broker that is not Kafka, TLS
+/// or SASL its own connections cannot make) makes it copy records instead of failing later.
+/// One broker of each cluster is asked (the versions of every API the engine sends there).
+pub(crate) fn unspoken(
+    source: &ClientProps,
+    target: &ClientProps,
+    timeout: Duration,
+) -> Option<String> {
+    fn check(
+        role: &'static str,
+        props: &ClientProps,
+        timeout: Duration,
+        versions: impl Fn(&Connection) -> Result<(), WireError>,
+    ) -> Result<(), ClusterError> {
+        let mut cluster = Cluster::new(role, props, timeout)?;
+        let broker = cluster.any_broker()?;
+        versions(cluster.connection(broker)?)?;
+        Ok(())
+    }
+    let source_apis = |conn: &Connection| {
+        conn.version::<MetadataRequest>()?;
+        conn.version::<ListOffsetsRequest>()?;
+        conn.version::<FetchRequest>().map(drop)
+    };
+    let target_apis = |conn: &Connection| {
+        conn.version::<MetadataRequest>()?;
+        conn.version::<InitProducerIdRequest>()?;
+        conn.version::<ProduceRequest>().map(drop)
+    };
+    let source = check("source", source, timeout, source_apis).map_err(|e| ("source", e));
+    let both = source
+        .and_then(|()| check("target", target, timeout, target_apis).map_err(|e| ("target", e)));
+    both.err()
+        .map(|(role, e)| format!("the {role} cluster's brokers ({e})"))
 }
 
 /// A bootstrap address without its listener scheme (`SASL_SSL://host:port`), as librdkafka

@@ -183,6 +183,11 @@ enum Configs<'a> {
 /// written for a pair of clusters) or [`Mirror::with_configs`] (config files the test wrote).
 /// Flags are passed in the order the methods are called; [`MirrorBuilder::start`] may be
 /// called again for another process with the same settings.
+///
+/// A mirror whose test chooses no engine (`--copy.mode`) runs the record engine, the engine
+/// those trials were written for (their batch engine twins choose it), or the one
+/// `MIRROR_TEST_COPY_MODE` names; only a test that asks for
+/// [`MirrorBuilder::default_copy_mode`] gets the binary's default (`auto`).
 #[derive(Clone)]
 #[must_use = "a mirror starts only with .start()"]
 pub struct MirrorBuilder<'a> {
@@ -192,6 +197,8 @@ pub struct MirrorBuilder<'a> {
     whitelist: Option<String>,
     args: Vec<String>,
     env: Vec<(String, String)>,
+    /// Run without `--copy.mode` unless the test gives one ([`MirrorBuilder::default_copy_mode`]).
+    default_copy_mode: bool,
 }
 
 fn owned_pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -217,6 +224,7 @@ impl<'a> MirrorBuilder<'a> {
             whitelist: None,
             args: Vec::new(),
             env: Vec::new(),
+            default_copy_mode: false,
         }
     }
 
@@ -265,6 +273,13 @@ impl<'a> MirrorBuilder<'a> {
     /// the default changes).
     pub fn copy_mode(self, mode: CopyMode) -> Self {
         self.flag("--copy.mode", mode.flag())
+    }
+
+    /// No `--copy.mode`: the binary's default engine choice (`auto`), for the trials of that
+    /// choice; other mirrors without one run `--copy.mode records`.
+    pub fn default_copy_mode(mut self) -> Self {
+        self.default_copy_mode = true;
+        self
     }
 
     /// `--num.streams`.
@@ -367,7 +382,14 @@ impl<'a> MirrorBuilder<'a> {
             .or(topic)
             .expect("Mirror::with_configs(..) needs .whitelist(..)");
         let env = borrowed_pairs(&self.env);
-        let mut mirror = Mirror::spawn(&c, &p, whitelist, &self.args, &env);
+        let mut args = self.args.clone();
+        if !self.default_copy_mode && !args.iter().any(|a| a == "--copy.mode") {
+            args.extend([
+                "--copy.mode".to_owned(),
+                CopyMode::Records.flag().to_owned(),
+            ]);
+        }
+        let mut mirror = Mirror::spawn(&c, &p, whitelist, &args, &env);
         mirror._configs = dir;
         mirror
     }
