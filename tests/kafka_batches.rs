@@ -72,6 +72,11 @@ fn the_default_copies_batches_on_kafka() {
         &[("compression.type", "lz4"), ("linger.ms", "20")],
     );
     write(&p, "default-engine", 0..1000);
+    let checked = lane.check(&[]);
+    assert!(
+        checked.contains("engine: batches (--copy.mode auto)"),
+        "check:\n{checked}"
+    );
     let mut mirror = lane.mirror().default_copy_mode().commit_ms(300).start();
     mirror.wait_for_log(
         "copying record batches as they are (--copy.mode auto)",

@@ -431,6 +431,15 @@ fn check_lists_what_would_be_mirrored_and_explains_each_problem() {
         "{out}"
     );
     assert!(out.contains("OK: ready to mirror"), "{out}");
+    // Which engine run would copy with: the mock cluster refuses the batch engine's
+    // ApiVersions v3, so the default copies records, and says why.
+    assert!(
+        out.contains(
+            "engine: records (--copy.mode auto: the batch engine cannot serve the source \
+             cluster's brokers"
+        ),
+        "{out}"
+    );
     // Who else may write the offset-mapping topic is said not to be checked, and where the
     // ACL is shown.
     assert!(

@@ -145,6 +145,7 @@ pub fn check(settings: &Settings) -> CheckReport {
         ));
     }
     report.lines.push(batch_size_line(settings, &target_topics));
+    engine_line(&mut report, settings);
     // Both clusters are asked at once: one that does not answer (librdkafka's mock cluster
     // has no controller to send DescribeTopics to) costs one wait, not two.
     let (source_ops, target_ops) = std::thread::scope(|s| {
@@ -237,6 +238,36 @@ pub fn check(settings: &Settings) -> CheckReport {
         topic_acls(&mut report, settings);
     }
     report
+}
+
+/// Which engine `run` would copy with, and why: `--copy.mode auto` asks the brokers as `run`
+/// does at start; `--copy.mode batches` with a broker the batch engine cannot speak to is a
+/// problem (`run` would stop at its first request there).
+fn engine_line(report: &mut CheckReport, settings: &Settings) {
+    let line = if let Some(reason) = &settings.batches_refused {
+        format!("engine: records (--copy.mode auto: the batch engine cannot serve {reason})")
+    } else if !settings.batches {
+        "engine: records (--copy.mode records)".to_owned()
+    } else {
+        let wait = crate::settings::batch_request_wait(settings);
+        let unspoken =
+            crate::mirror::batches::cluster::unspoken(&settings.consumer, &settings.producer, wait);
+        match (unspoken, settings.batches_by_auto) {
+            (None, true) => "engine: batches (--copy.mode auto)".to_owned(),
+            (None, false) => "engine: batches (--copy.mode batches)".to_owned(),
+            (Some(reason), true) => format!(
+                "engine: records (--copy.mode auto: the batch engine cannot serve {reason})"
+            ),
+            (Some(reason), false) => {
+                report.problems.push(format!(
+                    "--copy.mode batches cannot serve {reason}: run would stop; use \
+                     --copy.mode records or auto"
+                ));
+                "engine: batches (--copy.mode batches), which cannot serve these brokers".to_owned()
+            }
+        }
+    };
+    report.lines.push(line);
 }
 
 /// `--heartbeats.interval.ms`: where heartbeats go and whether the source lets the mirror
