@@ -42,7 +42,7 @@ fn the_default_copies_records_where_the_batch_engine_cannot_speak_to_the_brokers
     clusters.write(0..1000);
     let mut mirror = clusters.mirror().default_copy_mode().commit_ms(300).start();
     mirror.wait_for_log(
-        "--copy.mode auto: copying records, the batch engine cannot serve the source cluster's brokers",
+        "--copy.mode auto: copying records, the batch engine cannot serve the source cluster: broker",
         "the fallback to the record engine, with its reason",
     );
     wait_until(Duration::from_secs(60), "all records on the target", || {
@@ -84,6 +84,11 @@ fn the_default_copies_records_where_a_setting_needs_them() {
     });
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
     assert_eq!(clusters.compare().target, 1000);
+    let log = mirror.log();
+    assert!(
+        !log.contains("cannot serve the source cluster") && !log.contains("ApiVersions"),
+        "the setting decided before any broker was asked:\n{log}"
+    );
 }
 
 #[test]

@@ -436,7 +436,7 @@ fn check_lists_what_would_be_mirrored_and_explains_each_problem() {
     assert!(
         out.contains(
             "engine: records (--copy.mode auto: the batch engine cannot serve the source \
-             cluster's brokers"
+             cluster: broker"
         ),
         "{out}"
     );

@@ -104,3 +104,38 @@ fn a_message_handler_renames_and_tags_records_on_tansu() {
         assert_eq!(got, expected, "partition {partition}");
     }
 }
+
+/// The default engine choice on tansu: tansu 0.6 answers Fetch v12 with a field of v16 the
+/// batch engine cannot read, so the check at start makes the mirror copy records (and say
+/// why) instead of fetching nothing for ever.
+#[test]
+fn the_default_copies_records_on_tansu_whose_fetch_answers_the_batch_engine_cannot_read() {
+    let source = Tansu::start("default-source");
+    let target = Tansu::start("default-target");
+    create_topic(&source.bootstrap, TOPIC, PARTITIONS);
+    create_topic(&target.bootstrap, TOPIC, PARTITIONS);
+    let dir = tempdir();
+    let (c, p) = mirror_configs(dir.path(), &source.bootstrap, &target.bootstrap, &[], &[]);
+    write_samples(&source.bootstrap, TOPIC, 0..200, PARTITIONS, 40).unwrap();
+    let mut mirror = Mirror::with_configs(&c, &p)
+        .whitelist(TOPIC)
+        .commit_ms(300)
+        .default_copy_mode()
+        .start();
+    wait_committed(&mut mirror, &source.bootstrap, TOPIC, PARTITIONS, 200);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    assert!(
+        log.contains(
+            "--copy.mode auto: copying records, the batch engine cannot serve the source cluster"
+        ) && log.contains("Fetch"),
+        "the fallback and its reason:\n{log}"
+    );
+    for partition in 0..PARTITIONS {
+        assert_eq!(
+            records_quiet(&target.bootstrap, partition),
+            records_quiet(&source.bootstrap, partition),
+            "partition {partition}"
+        );
+    }
+}

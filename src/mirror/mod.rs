@@ -2,7 +2,7 @@
 //!
 //! - [`pipeline`]: probes both clusters ([`probe`]), opens the offset store, and runs one
 //!   stream per thread: an [`at_least_once`] stream, an [`exactly_once`] one under
-//!   `--exactly.once true`, or a [`batches`] one under `--copy.mode batches`;
+//!   `--exactly.once true`, or a [`batches`] one under `--copy.mode batches` (and `auto`, the default, where it can);
 //! - [`at_least_once`]: poll the source, route each record, register it with the [`offsets`]
 //!   tracker, produce it; delivery reports advance the tracker; commit points go to the
 //!   source group; before partitions move, flush and commit;
@@ -21,7 +21,7 @@
 //!   other and with the operators' side), [`delay`] (the replication delay in seconds),
 //!   [`topic_ids`] (source topics told apart by their ids: one deleted and created again is
 //!   mirrored again from its beginning);
-//! - [`batches`]: the batch engine (`--copy.mode batches`): source record batches forwarded
+//! - [`batches`]: the batch engine (`--copy.mode auto`, the default, or `batches`): source record batches forwarded
 //!   as they came, only the producer's header fields rewritten;
 //! - [`sync`]: the source's explicitly set topic configs kept in step on the target topics
 //!   (`--sync.topic.configs`), a thread of its own beside the streams;

@@ -53,12 +53,19 @@ pub fn run(
     let source = probe(settings, Cluster::Source)?;
     probe(settings, Cluster::Target)?;
     let (mut capped, limits) = cap_batch_size(settings, &source)?;
-    if capped.batches_by_auto {
-        let wait = crate::settings::batch_request_wait(&capped);
-        if let Some(reason) =
-            super::batches::cluster::unspoken(&capped.consumer, &capped.producer, wait)
-        {
+    if capped.batches {
+        if let Some(reason) = super::batches::cluster::unspoken(
+            &capped.consumer,
+            &capped.producer,
+            crate::settings::batch_probe_wait(&capped),
+        ) {
+            if !capped.batches_by_auto {
+                return Err(MirrorError::Fatal(format!(
+                    "--copy.mode batches cannot serve {reason}; use --copy.mode records or auto"
+                )));
+            }
             capped.batches = false;
+            capped.batches_by_auto = false;
             capped.batches_refused = Some(reason);
         }
     }

@@ -399,6 +399,8 @@ impl Settings {
         Ok(settings)
     }
 
+    /// Settings built in code (`demo`, the benchmark's helpers, tests): the record engine,
+    /// whatever `--copy.mode`'s default is; set `batches` to choose the batch engine.
     pub fn new(
         mut consumer: ClientProps,
         mut producer: ClientProps,
@@ -702,8 +704,8 @@ pub fn batch_unapplied(settings: &Settings) -> Vec<String> {
         .filter_map(|key| {
             let value = settings.producer.get(key)?;
             Some(format!(
-                "`{key} = {value}` in the producer config {} is not applied with --copy.mode \
-                 batches: record batches go to the target compressed as the source's producers \
+                "`{key} = {value}` in the producer config {} is not applied by the batch engine \
+                 (--copy.mode auto or batches): record batches go to the target compressed as the source's producers \
                  wrote them (use --copy.mode records to compress them again)",
                 settings.producer.path.display()
             ))
@@ -714,7 +716,7 @@ pub fn batch_unapplied(settings: &Settings) -> Vec<String> {
     if wait < asked {
         lines.push(format!(
             "`request.timeout.ms = {}` in the producer config {} is above a fifth of the \
-             consumer's max.poll.interval.ms ({} ms, {}): with --copy.mode batches each \
+             consumer's max.poll.interval.ms ({} ms, {}): in the batch engine each \
              request waits at most {} ms, so that a stream whose requests get no answer still \
              polls its group within the interval (raise max.poll.interval.ms to wait longer)",
             asked.as_millis(),
@@ -739,6 +741,13 @@ pub fn batch_request_wait(settings: &Settings) -> Duration {
         .producer
         .request_timeout()
         .min(settings.consumer.max_poll_interval() / 5)
+}
+
+/// How long the batch engine's look at the brokers at start may take
+/// ([`batch_request_wait`], at most 10 s): a broker that does not answer it in time is no
+/// reason to copy records, so a longer wait would only hold the start.
+pub fn batch_probe_wait(settings: &Settings) -> Duration {
+    batch_request_wait(settings).min(Duration::from_secs(10))
 }
 
 /// `--on.handler.error`: what a record the message handler refuses does.

@@ -240,16 +240,16 @@ pub fn check(settings: &Settings) -> CheckReport {
     report
 }
 
-/// Which engine `run` would copy with, and why: `--copy.mode auto` asks the brokers as `run`
-/// does at start; `--copy.mode batches` with a broker the batch engine cannot speak to is a
-/// problem (`run` would stop at its first request there).
+/// Which engine `run` would copy with, and why: the brokers are asked as `run` asks them at
+/// start; `--copy.mode batches` with a broker the batch engine cannot speak to is a problem
+/// (`run` would stop with it).
 fn engine_line(report: &mut CheckReport, settings: &Settings) {
     let line = if let Some(reason) = &settings.batches_refused {
         format!("engine: records (--copy.mode auto: the batch engine cannot serve {reason})")
     } else if !settings.batches {
         "engine: records (--copy.mode records)".to_owned()
     } else {
-        let wait = crate::settings::batch_request_wait(settings);
+        let wait = crate::settings::batch_probe_wait(settings);
         let unspoken =
             crate::mirror::batches::cluster::unspoken(&settings.consumer, &settings.producer, wait);
         match (unspoken, settings.batches_by_auto) {
@@ -261,7 +261,7 @@ fn engine_line(report: &mut CheckReport, settings: &Settings) {
             (Some(reason), false) => {
                 report.problems.push(format!(
                     "--copy.mode batches cannot serve {reason}: run would stop; use \
-                     --copy.mode records or auto"
+                     --copy.mode records or auto there"
                 ));
                 "engine: batches (--copy.mode batches), which cannot serve these brokers".to_owned()
             }

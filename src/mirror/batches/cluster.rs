@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    FetchRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest,
-    TopicName,
+    BrokerId, FetchRequest, InitProducerIdRequest, ListOffsetsRequest, MetadataRequest,
+    ProduceRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -280,41 +280,108 @@ impl Cluster {
 }
 
 /// Why the batch engine cannot speak to the source's or the target's brokers, if it cannot:
-/// asked once at start when `--copy.mode auto` chose the engine, so that a broker it does not
-/// speak to (older than Kafka 2.4, librdkafka's mock cluster, a broker that is not Kafka, TLS
-/// or SASL its own connections cannot make) makes it copy records instead of failing later.
-/// One broker of each cluster is asked (the versions of every API the engine sends there).
+/// asked once at start, so that `--copy.mode auto` copies records instead (and
+/// `--copy.mode batches` stops with the reason) where a broker does not speak the engine's
+/// requests: older than Kafka 2.5, librdkafka's mock cluster (no ApiVersions v3), a broker
+/// that is not Kafka, TLS or SASL the engine's own connections cannot make.
+///
+/// One broker of each cluster is asked (the first bootstrap address that answers), both
+/// clusters at once, within `wait`. A broker that cannot be reached or does not answer in time
+/// is no reason: librdkafka's probe has just reached the cluster, and the engine rides out
+/// such failures as it does while running.
 pub(crate) fn unspoken(
     source: &ClientProps,
     target: &ClientProps,
-    timeout: Duration,
+    wait: Duration,
 ) -> Option<String> {
-    fn check(
-        role: &'static str,
-        props: &ClientProps,
-        timeout: Duration,
-        versions: impl Fn(&Connection) -> Result<(), WireError>,
-    ) -> Result<(), ClusterError> {
-        let mut cluster = Cluster::new(role, props, timeout)?;
-        let broker = cluster.any_broker()?;
-        versions(cluster.connection(broker)?)?;
-        Ok(())
+    let (source, target) = std::thread::scope(|s| {
+        let target = s.spawn(|| speaks("target", target, wait, TARGET_APIS, metadata));
+        let source = speaks("source", source, wait, SOURCE_APIS, |conn| {
+            metadata(conn)?;
+            // No partitions, no wait: an answer the engine can read (tansu 0.6 answers Fetch
+            // v12 with a field of v16, which the engine cannot decode).
+            let request = FetchRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_max_wait_ms(0)
+                .with_min_bytes(0)
+                .with_session_id(0)
+                .with_session_epoch(-1);
+            conn.call(&request).map(drop)
+        });
+        (source, target.join().unwrap_or(Ok(())))
+    });
+    source.and(target).err()
+}
+
+/// The requests the engine sends to one cluster: name, the version a connection would use,
+/// and the lowest version the engine accepts for it there.
+type Apis = &'static [(&'static str, fn(&Connection) -> Result<i16, WireError>, i16)];
+
+/// The version of `R` a connection would send.
+fn version_of<R: kafka_protocol::protocol::Request>(conn: &Connection) -> Result<i16, WireError> {
+    conn.version::<R>()
+}
+
+const SOURCE_APIS: Apis = &[
+    ("Metadata", version_of::<MetadataRequest>, 0),
+    ("ListOffsets", version_of::<ListOffsetsRequest>, 0),
+    ("Fetch", version_of::<FetchRequest>, 0),
+];
+
+/// InitProducerId from v3 (KIP-360, Kafka 2.5): a broker that forgot the producer (its
+/// records expired) lets it go on; before it, UNKNOWN_PRODUCER_ID stops the engine's producer.
+const TARGET_APIS: Apis = &[
+    ("Metadata", version_of::<MetadataRequest>, 0),
+    ("InitProducerId", version_of::<InitProducerIdRequest>, 3),
+    ("Produce", version_of::<ProduceRequest>, 0),
+];
+
+/// A Metadata request for no topic, as a refresh sends (the answer must be readable).
+fn metadata(conn: &mut Connection) -> Result<(), WireError> {
+    let request = MetadataRequest::default()
+        .with_topics(Some(Vec::new()))
+        .with_allow_auto_topic_creation(false);
+    conn.call(&request).map(drop)
+}
+
+/// `Err(reason)` if the first broker of `props`' bootstrap list that answers does not speak
+/// every one of `apis`, or cannot answer `tries` in a way the engine reads.
+fn speaks(
+    role: &'static str,
+    props: &ClientProps,
+    wait: Duration,
+    apis: Apis,
+    tries: impl Fn(&mut Connection) -> Result<(), WireError>,
+) -> Result<(), String> {
+    let cluster = Cluster::new(role, props, wait).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + wait;
+    for address in &cluster.bootstrap {
+        let refused = |e: &dyn std::fmt::Display| format!("the {role} cluster: {e}");
+        match Connection::connect(address, &cluster.dial, deadline) {
+            Ok(mut conn) => {
+                for (name, version, lowest) in apis {
+                    match version(&conn) {
+                        Err(e) => return Err(refused(&e)),
+                        Ok(v) if v < *lowest => {
+                            return Err(refused(&format!(
+                                "broker {address} speaks {name} up to v{v}, this engine needs \
+                                 v{lowest} or later"
+                            )))
+                        }
+                        Ok(_) => {}
+                    }
+                }
+                return match tries(&mut conn) {
+                    Ok(()) | Err(WireError::Io { .. }) => Ok(()),
+                    Err(e) => Err(refused(&e)),
+                };
+            }
+            // Not reached, or no answer in time: another broker may answer.
+            Err(WireError::Io { .. }) => continue,
+            Err(e) => return Err(refused(&e)),
+        }
     }
-    let source_apis = |conn: &Connection| {
-        conn.version::<MetadataRequest>()?;
-        conn.version::<ListOffsetsRequest>()?;
-        conn.version::<FetchRequest>().map(drop)
-    };
-    let target_apis = |conn: &Connection| {
-        conn.version::<MetadataRequest>()?;
-        conn.version::<InitProducerIdRequest>()?;
-        conn.version::<ProduceRequest>().map(drop)
-    };
-    let source = check("source", source, timeout, source_apis).map_err(|e| ("source", e));
-    let both = source
-        .and_then(|()| check("target", target, timeout, target_apis).map_err(|e| ("target", e)));
-    both.err()
-        .map(|(role, e)| format!("the {role} cluster's brokers ({e})"))
+    Ok(())
 }
 
 /// A bootstrap address without its listener scheme (`SASL_SSL://host:port`), as librdkafka
@@ -332,4 +399,118 @@ pub(crate) fn leader_moved(code: i16) -> bool {
     // FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_ENOUGH_REPLICAS(_AFTER_APPEND) are
     // transient too but do not mean a move; REPLICA_NOT_AVAILABLE, KAFKA_STORAGE_ERROR.
     matches!(code, 6 | 5 | 3 | 74 | 75 | 9 | 56)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    use bytes::BytesMut;
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::{ApiVersionsResponse, ResponseHeader};
+    use kafka_protocol::protocol::Encodable;
+
+    use super::*;
+    use crate::settings::client::Role;
+
+    /// A broker that answers one ApiVersions request with `apis` (key, min, max), then hangs
+    /// up: enough for [`speaks`] to judge it.
+    fn fake_broker(apis: &'static [(i16, i16, i16)]) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let address = listener.local_addr().expect("its address").to_string();
+        std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().expect("the engine connects");
+            let mut size = [0u8; 4];
+            conn.read_exact(&mut size).expect("a request size");
+            let mut request = vec![0u8; i32::from_be_bytes(size) as usize];
+            conn.read_exact(&mut request).expect("the request");
+            // The request header v2: api key, version, then the correlation id.
+            let correlation = i32::from_be_bytes(request[4..8].try_into().expect("4 bytes"));
+            let response = ApiVersionsResponse::default().with_api_keys(
+                apis.iter()
+                    .map(|&(key, min, max)| {
+                        ApiVersion::default()
+                            .with_api_key(key)
+                            .with_min_version(min)
+                            .with_max_version(max)
+                    })
+                    .collect(),
+            );
+            let mut body = BytesMut::new();
+            // ApiVersions answers with response header v0 at every version.
+            ResponseHeader::default()
+                .with_correlation_id(correlation)
+                .encode(&mut body, 0)
+                .expect("a header");
+            response.encode(&mut body, 3).expect("a body");
+            conn.write_all(&(body.len() as i32).to_be_bytes())
+                .expect("a size");
+            conn.write_all(&body).expect("the answer");
+        });
+        address
+    }
+
+    fn target_at(address: &str) -> ClientProps {
+        ClientProps::from_pairs(Role::Producer, "p.toml", [("bootstrap.servers", address)])
+    }
+
+    /// ApiVersions 18, Metadata 3, InitProducerId 22, Produce 0.
+    const KAFKA_2_4: &[(i16, i16, i16)] = &[(18, 0, 3), (3, 0, 9), (22, 0, 2), (0, 0, 8)];
+
+    #[test]
+    fn a_target_without_init_producer_id_v3_is_named_with_the_version_it_speaks() {
+        let address = fake_broker(KAFKA_2_4);
+        let reason = speaks(
+            "target",
+            &target_at(&address),
+            Duration::from_secs(5),
+            TARGET_APIS,
+            |_| panic!("nothing is tried on a broker whose versions do not do"),
+        )
+        .expect_err("Kafka 2.4's InitProducerId v2 is refused");
+        for needle in [
+            "the target cluster",
+            &address,
+            "InitProducerId up to v2",
+            "v3",
+        ] {
+            assert!(reason.contains(needle), "{needle:?} not in {reason}");
+        }
+    }
+
+    #[test]
+    fn a_broker_without_an_api_the_engine_sends_is_named_with_that_api() {
+        // Kafka 2.8's versions, but no Produce at all.
+        let address = fake_broker(&[(18, 0, 3), (3, 0, 11), (22, 0, 4)]);
+        let reason = speaks(
+            "target",
+            &target_at(&address),
+            Duration::from_secs(5),
+            TARGET_APIS,
+            |_| panic!("nothing is tried on a broker whose versions do not do"),
+        )
+        .expect_err("a broker without Produce is refused");
+        for needle in ["the target cluster", "Produce", "none"] {
+            assert!(reason.contains(needle), "{needle:?} not in {reason}");
+        }
+    }
+
+    #[test]
+    fn a_broker_that_cannot_be_reached_is_no_reason_to_copy_records() {
+        // A port nothing listens on: the probe found the cluster a moment ago, so a refused
+        // connection now is a passing failure the engine rides out.
+        let address = {
+            let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+            listener.local_addr().expect("its address").to_string()
+        };
+        let spoken = speaks(
+            "target",
+            &target_at(&address),
+            Duration::from_secs(2),
+            TARGET_APIS,
+            metadata,
+        );
+        assert_eq!(spoken, Ok(()));
+    }
 }

@@ -52,6 +52,9 @@ pub(crate) struct Fetcher {
     read_committed: bool,
     max_bytes: i32,
     partition_max_bytes: i32,
+    /// The latest request or answer that failed, for a warning when a partition's fetches
+    /// keep failing.
+    pub(crate) last_failure: Option<String>,
 }
 
 impl Fetcher {
@@ -70,6 +73,7 @@ impl Fetcher {
             // librdkafka's defaults.
             max_bytes: number("fetch.max.bytes", 52_428_800),
             partition_max_bytes: number("max.partition.fetch.bytes", 1_048_576),
+            last_failure: None,
         })
     }
 
@@ -138,6 +142,7 @@ impl Fetcher {
                     tracing::debug!("source fetch: {reason}");
                     self.cluster.drop_connection(broker);
                     out.extend(members.iter().map(|w| failed(w, -1)));
+                    self.last_failure = Some(reason);
                 }
             }
         }
@@ -171,6 +176,7 @@ impl Fetcher {
                     self.cluster.drop_connection(broker);
                     refresh = true;
                     out.extend(members.iter().map(|w| failed(w, -1)));
+                    self.last_failure = Some(reason);
                     continue;
                 }
             };

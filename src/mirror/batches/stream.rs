@@ -176,7 +176,15 @@ struct Part {
     max_batch: usize,
     /// The source partition's high watermark in the latest fetch response that had one.
     high_watermark: Option<i64>,
+    /// Since when every fetch of it has failed, and whether that was said at warn
+    /// ([`FETCH_FAILING_WARN`]).
+    failing: Option<(Instant, bool)>,
 }
+
+/// How long every fetch of a partition may fail before it is said at warn: single failures
+/// (a leader moving, a broker restarting) are ridden out and logged at debug; a partition that
+/// copies nothing for this long (a broker whose answers the engine cannot read) must be seen.
+const FETCH_FAILING_WARN: Duration = Duration::from_secs(30);
 
 impl Part {
     /// The oldest source offset the target has not acknowledged: the batch in flight, else
@@ -385,6 +393,7 @@ impl BatchContext {
                     in_flight: None,
                     max_batch,
                     high_watermark: None,
+                    failing: None,
                 },
             );
         }
@@ -1012,9 +1021,33 @@ impl<'s> BatchStream<'s> {
                     part.position,
                     super::wire::error_name(code)
                 );
+                let (since, warned) = part.failing.get_or_insert((Instant::now(), false));
+                if !*warned && since.elapsed() >= FETCH_FAILING_WARN {
+                    *warned = true;
+                    tracing::warn!(
+                        stream = self.stream,
+                        "source {topic}/{partition}: every fetch at offset {} failed for {} s \
+                         (last: {}), nothing of it is copied; still trying. A broker whose \
+                         answers this engine cannot read needs --copy.mode records",
+                        part.position,
+                        since.elapsed().as_secs(),
+                        engine
+                            .fetcher
+                            .last_failure
+                            .clone()
+                            .unwrap_or_else(|| super::wire::error_name(code))
+                    );
+                }
                 return;
             }
         };
+        if let Some((since, true)) = part.failing.take() {
+            tracing::info!(
+                stream = self.stream,
+                "source {topic}/{partition}: fetching again after {} s",
+                since.elapsed().as_secs()
+            );
+        }
         self.shared.source_up.store(true, Ordering::Relaxed);
         part.high_watermark = Some(data.high_watermark);
         let mut filter = AbortedFilter::new(data.aborted);

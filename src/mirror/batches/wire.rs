@@ -79,7 +79,7 @@ pub(crate) enum WireError {
     },
     #[error("broker {broker}: a response frame of {size} bytes is larger than {MAX_FRAME}")]
     Frame { broker: String, size: i64 },
-    #[error("broker {broker}: ApiVersions v3 failed with {} (a broker older than Kafka 2.4 or not Kafka); use --copy.mode records with this broker", error_name(*.code))]
+    #[error("broker {broker}: ApiVersions v3 failed with {} (a broker older than Kafka 2.4, or not Kafka)", error_name(*.code))]
     ApiVersions { broker: String, code: i16 },
     #[error("the {role} cluster's broker {broker}: the TLS handshake failed: {reason}; check the ssl.* keys of the {config}")]
     Tls {

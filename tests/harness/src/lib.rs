@@ -384,10 +384,13 @@ impl<'a> MirrorBuilder<'a> {
         let env = borrowed_pairs(&self.env);
         let mut args = self.args.clone();
         if !self.default_copy_mode && !args.iter().any(|a| a == "--copy.mode") {
-            args.extend([
-                "--copy.mode".to_owned(),
-                CopyMode::Records.flag().to_owned(),
-            ]);
+            // MIRROR_TEST_COPY_MODE runs these trials with another engine choice, e.g. `auto`
+            // to try the binary's default on them; `records` unless set.
+            let mode = std::env::var("MIRROR_TEST_COPY_MODE")
+                .ok()
+                .filter(|m| !m.trim().is_empty())
+                .unwrap_or_else(|| CopyMode::Records.flag().to_owned());
+            args.extend(["--copy.mode".to_owned(), mode]);
         }
         let mut mirror = Mirror::spawn(&c, &p, whitelist, &args, &env);
         mirror._configs = dir;
