@@ -704,9 +704,10 @@ pub fn batch_unapplied(settings: &Settings) -> Vec<String> {
         .filter_map(|key| {
             let value = settings.producer.get(key)?;
             Some(format!(
-                "`{key} = {value}` in the producer config {} is not applied by the batch engine \
-                 (--copy.mode auto or batches): record batches go to the target compressed as the source's producers \
-                 wrote them (use --copy.mode records to compress them again)",
+                "`{key} = {value}` in the producer config {} is not applied by the batch \
+                 engine (--copy.mode auto or batches): record batches go to the target \
+                 compressed as the source's producers wrote them (use --copy.mode records to \
+                 compress them again)",
                 settings.producer.path.display()
             ))
         })

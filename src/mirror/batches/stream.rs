@@ -1027,8 +1027,9 @@ impl<'s> BatchStream<'s> {
                     tracing::warn!(
                         stream = self.stream,
                         "source {topic}/{partition}: every fetch at offset {} failed for {} s \
-                         (last: {}), nothing of it is copied; still trying. A broker whose \
-                         answers this engine cannot read needs --copy.mode records",
+                         (last: {}), nothing of it is copied; still trying (a leader that is \
+                         down is waited for; a broker whose answers this engine cannot read \
+                         needs --copy.mode records)",
                         part.position,
                         since.elapsed().as_secs(),
                         engine
