@@ -455,20 +455,27 @@ mod tests {
         ClientProps::from_pairs(Role::Producer, "p.toml", [("bootstrap.servers", address)])
     }
 
-    /// ApiVersions 18, Metadata 3, InitProducerId 22, Produce 0.
-    const KAFKA_2_4: &[(i16, i16, i16)] = &[(18, 0, 3), (3, 0, 9), (22, 0, 2), (0, 0, 8)];
-
-    #[test]
-    fn a_target_without_init_producer_id_v3_is_named_with_the_version_it_speaks() {
-        let address = fake_broker(KAFKA_2_4);
+    /// A fake target broker with `apis`, and why [`speaks`] refuses it as a target (nothing is
+    /// tried on a broker whose versions do not do).
+    fn refused_target(apis: &'static [(i16, i16, i16)]) -> (String, String) {
+        let address = fake_broker(apis);
         let reason = speaks(
             "target",
             &target_at(&address),
             Duration::from_secs(5),
             TARGET_APIS,
-            |_| panic!("nothing is tried on a broker whose versions do not do"),
+            |_| panic!("something was tried on a broker whose versions do not do"),
         )
-        .expect_err("Kafka 2.4's InitProducerId v2 is refused");
+        .expect_err("the broker is refused");
+        (address, reason)
+    }
+
+    /// ApiVersions 18, Metadata 3, InitProducerId 22, Produce 0.
+    const KAFKA_2_4: &[(i16, i16, i16)] = &[(18, 0, 3), (3, 0, 9), (22, 0, 2), (0, 0, 8)];
+
+    #[test]
+    fn a_target_without_init_producer_id_v3_is_named_with_the_version_it_speaks() {
+        let (address, reason) = refused_target(KAFKA_2_4);
         for needle in [
             "the target cluster",
             &address,
@@ -482,15 +489,7 @@ mod tests {
     #[test]
     fn a_broker_without_an_api_the_engine_sends_is_named_with_that_api() {
         // Kafka 2.8's versions, but no Produce at all.
-        let address = fake_broker(&[(18, 0, 3), (3, 0, 11), (22, 0, 4)]);
-        let reason = speaks(
-            "target",
-            &target_at(&address),
-            Duration::from_secs(5),
-            TARGET_APIS,
-            |_| panic!("nothing is tried on a broker whose versions do not do"),
-        )
-        .expect_err("a broker without Produce is refused");
+        let (_, reason) = refused_target(&[(18, 0, 3), (3, 0, 11), (22, 0, 4)]);
         for needle in ["the target cluster", "Produce", "none"] {
             assert!(reason.contains(needle), "{needle:?} not in {reason}");
         }
