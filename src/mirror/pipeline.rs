@@ -37,6 +37,29 @@ pub enum MirrorError {
     Panicked(usize),
 }
 
+/// Asks the brokers whether the batch engine the settings chose can copy there (run at start,
+/// and by `check`): where it cannot, `--copy.mode auto` falls back to records, the reason kept
+/// in `batches_refused`, and `--copy.mode batches` is `Err(reason)`. Settings on the record
+/// engine are left as they are.
+pub fn choose_engine(settings: &mut Settings) -> Result<(), String> {
+    if !settings.batches {
+        return Ok(());
+    }
+    let wait = crate::settings::batch_probe_wait(settings);
+    let Some(reason) =
+        super::batches::cluster::unspoken(&settings.consumer, &settings.producer, wait)
+    else {
+        return Ok(());
+    };
+    if !settings.batches_by_auto {
+        return Err(reason);
+    }
+    settings.batches = false;
+    settings.batches_by_auto = false;
+    settings.batches_refused = Some(reason);
+    Ok(())
+}
+
 /// How a run ended when it ended well.
 #[derive(Debug, Default)]
 pub struct Summary {
@@ -53,22 +76,11 @@ pub fn run(
     let source = probe(settings, Cluster::Source)?;
     probe(settings, Cluster::Target)?;
     let (mut capped, limits) = cap_batch_size(settings, &source)?;
-    if capped.batches {
-        if let Some(reason) = super::batches::cluster::unspoken(
-            &capped.consumer,
-            &capped.producer,
-            crate::settings::batch_probe_wait(&capped),
-        ) {
-            if !capped.batches_by_auto {
-                return Err(MirrorError::Fatal(format!(
-                    "--copy.mode batches cannot serve {reason}; use --copy.mode records or auto"
-                )));
-            }
-            capped.batches = false;
-            capped.batches_by_auto = false;
-            capped.batches_refused = Some(reason);
-        }
-    }
+    choose_engine(&mut capped).map_err(|reason| {
+        MirrorError::Fatal(format!(
+            "--copy.mode batches cannot serve {reason}; use --copy.mode records or auto"
+        ))
+    })?;
     let settings = &capped;
     if !settings.batches {
         // librdkafka's producer is not the one that writes the records in the batch engine.

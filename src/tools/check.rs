@@ -244,28 +244,27 @@ pub fn check(settings: &Settings) -> CheckReport {
 /// start; `--copy.mode batches` with a broker the batch engine cannot speak to is a problem
 /// (`run` would stop with it).
 fn engine_line(report: &mut CheckReport, settings: &Settings) {
-    let line = if let Some(reason) = &settings.batches_refused {
-        format!("engine: records (--copy.mode auto: the batch engine cannot serve {reason})")
-    } else if !settings.batches {
-        "engine: records (--copy.mode records)".to_owned()
-    } else {
-        let wait = crate::settings::batch_probe_wait(settings);
-        let unspoken =
-            crate::mirror::batches::cluster::unspoken(&settings.consumer, &settings.producer, wait);
-        match (unspoken, settings.batches_by_auto) {
-            (None, true) => "engine: batches (--copy.mode auto)".to_owned(),
-            (None, false) => "engine: batches (--copy.mode batches)".to_owned(),
-            (Some(reason), true) => format!(
+    let mut chosen = settings.clone();
+    let line = match crate::mirror::pipeline::choose_engine(&mut chosen) {
+        Err(reason) => {
+            report.problems.push(format!(
+                "--copy.mode batches cannot serve {reason}: run would stop; use \
+                 --copy.mode records or auto there"
+            ));
+            "engine: batches (--copy.mode batches), which cannot serve these brokers".to_owned()
+        }
+        Ok(()) => match (
+            &chosen.batches_refused,
+            chosen.batches,
+            chosen.batches_by_auto,
+        ) {
+            (Some(reason), _, _) => format!(
                 "engine: records (--copy.mode auto: the batch engine cannot serve {reason})"
             ),
-            (Some(reason), false) => {
-                report.problems.push(format!(
-                    "--copy.mode batches cannot serve {reason}: run would stop; use \
-                     --copy.mode records or auto there"
-                ));
-                "engine: batches (--copy.mode batches), which cannot serve these brokers".to_owned()
-            }
-        }
+            (None, false, _) => "engine: records (--copy.mode records)".to_owned(),
+            (None, true, true) => "engine: batches (--copy.mode auto)".to_owned(),
+            (None, true, false) => "engine: batches (--copy.mode batches)".to_owned(),
+        },
     };
     report.lines.push(line);
 }
