@@ -853,6 +853,126 @@ fn a_record_the_target_refuses_is_skipped_and_counted_by_the_batch_engine_in_ski
     }
 }
 
+/// A batch the target refuses once it has it (its record's timestamp is older than the target
+/// topic's `message.timestamp.before.max.ms`, which the engine does not check beforehand), with
+/// `--abort.on.send.failure false`: that batch alone is skipped and counted, and every batch
+/// after it lands. The target took none of the refused batch's sequence numbers, so the
+/// batches stamped after it must be stamped again from the refused one's first sequence:
+/// stamped as they were, the target sees a gap before each of them
+/// (OUT_OF_ORDER_SEQUENCE_NUMBER) and the partition's every later batch was refused too.
+#[test]
+fn the_batches_after_one_the_target_refuses_land_in_skip_mode() {
+    skip_a_record_older_than_the_target_takes("refused-old", true);
+}
+
+/// The same old record in a batch of others: the target names it (Produce `record_errors`),
+/// and skip mode drops it alone, as the record engine does, sending the batch's other records
+/// again without it, in order, before the batches after them.
+#[test]
+fn skip_mode_drops_only_the_record_the_target_names_in_a_refused_batch() {
+    skip_a_record_older_than_the_target_takes("refused-old-among", false);
+}
+
+/// Partition 0 of `topic` holds a record two days old at offset [`REFUSED_AT`] (`alone`: in a
+/// batch of its own) among 4,000 records of now, partition 1 records of now only; the target
+/// topic takes records up to an hour old. A skip-mode batch mirror must copy every record but
+/// that one, drop and count it alone, and never meet a sequence gap.
+fn skip_a_record_older_than_the_target_takes(topic: &'static str, alone: bool) {
+    let started = Instant::now();
+    let pair = SharedPair::get(KAFKA_4);
+    let lane = pair.lane(topic, PARTITIONS);
+    pair.target.create_topic(
+        topic,
+        PARTITIONS,
+        1,
+        &[("message.timestamp.before.max.ms", "3600000")],
+    );
+    let p = producer(&lane.src(), &[("linger.ms", "5")]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64;
+    let two_days = 2 * 24 * 3600 * 1000;
+    for i in 0..REFUSED_AT * 2 + 1 {
+        let old = i == REFUSED_AT;
+        if old && alone {
+            p.flush(Duration::from_secs(30))
+                .expect("flushing the source");
+        }
+        for partition in 0..PARTITIONS {
+            let s = sample(i, 1, 100);
+            let timestamp = if old && partition == 0 {
+                now - two_days
+            } else {
+                now
+            };
+            let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
+                .partition(partition)
+                .timestamp(timestamp);
+            record.key = s.key.as_deref();
+            record.payload = s.value.as_deref();
+            send_waiting(&p, record, None).expect("producing to the source");
+        }
+        if old && alone {
+            p.flush(Duration::from_secs(30))
+                .expect("flushing the source");
+        }
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(30))
+        .expect("flushing the source");
+    let addr = free_local_addr();
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .flag("--sync.topic.configs", "false")
+        .flag("--abort.on.send.failure", "false")
+        .metrics_addr(&addr)
+        .commit_ms(200)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    let (_, body) = http_get(&addr, "/metrics");
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    let dropped = metric(&body, "mirror_records_dropped_total", "");
+    let target = lane.target_records(topic, 0);
+    eprintln!(
+        "TRIAL batches refused-by-the-broker-skipped{} kafka 4.4.0: dropped {dropped:?}, target \
+         partition 0 holds {} records, {:.0} s",
+        if alone { "" } else { " among-others" },
+        target.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let named = if alone {
+        format!("{topic}/0 offsets {REFUSED_AT} to {REFUSED_AT}")
+    } else {
+        format!("{topic}/0 offset {REFUSED_AT} (of the batch")
+    };
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains(&named) && l.contains("skipped")),
+        "no warning naming {named:?}; log:\n{log}"
+    );
+    assert!(
+        !log.contains("OutOfOrderSequenceNumber"),
+        "the target saw a sequence gap after the refused batch; log:\n{log}"
+    );
+    assert_eq!(dropped, Some(1.0), "{body}");
+    for p in 0..PARTITIONS {
+        let mut s = lane.source_records(p);
+        if p == 0 {
+            s.remove(REFUSED_AT as usize);
+        }
+        let t = lane.target_records(topic, p);
+        assert!(
+            s == t,
+            "partition {p}: the target holds {} records, not the source's {} but the refused one",
+            t.len(),
+            s.len()
+        );
+    }
+}
+
 /// A consumer group's source offsets, synced to the target by a batch-engine mirror
 /// (`--sync.group.offsets`), make it resume there with exactly the records it had not read,
 /// and `translate` gives the same target offsets: the offset mapping is recorded per batch from

@@ -535,9 +535,16 @@ impl OutBatch {
     /// free for the next answer (a queued batch would otherwise keep the whole answer alive
     /// beside its own copy, for as long as it waits and is in flight).
     pub(crate) fn detach(mut self) -> (OutBatch, Bytes) {
+        let bytes = self.rejoin();
+        (self, bytes)
+    }
+
+    /// The batch in one buffer to send, its records section now a part of that buffer (see
+    /// [`OutBatch::detach`]); after [`OutBatch::restamp`], the bytes that carry the new stamp.
+    pub(crate) fn rejoin(&mut self) -> Bytes {
         let bytes = self.to_bytes();
         self.body = bytes.slice(HEADER_LEN..);
-        (self, bytes)
+        bytes
     }
 }
 
@@ -926,10 +933,48 @@ fn reencode(
     let (mut records, plain) = decode(batch)?;
     check_headers(&records, &plain, batch.base_offset(), &range)?;
     records.retain(|r| range.contains(&r.offset));
+    let sources: Vec<i64> = records.iter().map(|r| r.offset).collect();
+    encode_again(batch, records, &sources, plain.len(), max_bytes, stamp)
+}
+
+/// `out` without its records at `refused` (their indexes in it, as a Produce answer names the
+/// records it refused: `record_errors`), encoded again as [`prepare`] encodes, with sequences
+/// from `stamp.base_sequence` on: what skip mode sends in place of a batch the target refused
+/// for some of its records. Each record keeps its source offset.
+pub(crate) fn without(
+    out: &OutBatch,
+    refused: &[usize],
+    max_bytes: usize,
+    stamp: Stamp,
+) -> Result<Vec<OutBatch>, BatchError> {
+    // `out` is a whole batch of its own (base offset 0, its records' offsets their indexes).
+    let batch = SourceBatch::new(out.to_bytes())?;
+    let (records, plain) = decode(&batch)?;
+    check_headers(&records, &plain, out.first_source_offset, &(0..i64::MAX))?;
+    let mut kept = Vec::with_capacity(records.len());
+    let mut sources = Vec::with_capacity(records.len());
+    for (i, record) in records.into_iter().enumerate() {
+        if !refused.contains(&i) {
+            sources.push(out.source_offset(i));
+            kept.push(record);
+        }
+    }
+    encode_again(&batch, kept, &sources, plain.len(), max_bytes, stamp)
+}
+
+/// `records` of `batch` (their source offsets `sources`; `plain_len` the bytes of the batch's
+/// records section uncompressed) in batches of at most `max_bytes`: see [`reencode`].
+fn encode_again(
+    batch: &SourceBatch,
+    mut records: Vec<Record>,
+    sources: &[i64],
+    plain_len: usize,
+    max_bytes: usize,
+    stamp: Stamp,
+) -> Result<Vec<OutBatch>, BatchError> {
     if records.is_empty() {
         return Ok(Vec::new());
     }
-    let sources: Vec<i64> = records.iter().map(|r| r.offset).collect();
     let append_time = batch.log_append_time().then(|| batch.max_timestamp());
     for (i, record) in records.iter_mut().enumerate() {
         record.offset = i as i64;
@@ -953,7 +998,7 @@ fn reencode(
         room
     } else {
         // Compressed: aim at the source's ratio, with a tenth to spare.
-        let ratio = (batch.size() - HEADER_LEN) as f64 / plain.len().max(1) as f64;
+        let ratio = (batch.size() - HEADER_LEN) as f64 / plain_len.max(1) as f64;
         (room as f64 / ratio.min(1.0) * 0.9) as usize
     };
     let mut queue = runs(&records, budget);

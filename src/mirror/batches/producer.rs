@@ -10,8 +10,9 @@
 //! is acknowledged. A batch answered DUPLICATE_SEQUENCE_NUMBER can only be a retry of one the
 //! target already has: acknowledged, target offset unknown (so the sequences of a send left
 //! unanswered, which may be the target's, are never given to another batch: see
-//! [`Outcome::Retry`]). OUT_OF_ORDER_SEQUENCE_NUMBER means the target lost a batch we had
-//! sent: refused, never skipped.
+//! [`Outcome::Retry`]). A batch the target refused took none of its sequences: the batches
+//! after it are stamped again from its first (`BatchStream`'s skip). OUT_OF_ORDER_SEQUENCE_NUMBER
+//! therefore means the target lost a batch it had acknowledged: refused, never skipped.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -43,6 +44,15 @@ pub(crate) struct RoundItem<'a> {
     pub(crate) batch: Bytes,
 }
 
+/// A record of a refused batch that the target named as a cause (`record_errors`).
+#[derive(Clone, Debug)]
+pub(crate) struct RefusedRecord {
+    /// Its index in the batch.
+    pub(crate) index: usize,
+    /// What the target said of it.
+    pub(crate) message: String,
+}
+
 /// What became of one batch of a round.
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -52,8 +62,17 @@ pub(crate) enum Outcome {
     /// may have been applied all the same (its answer was lost or late, or the broker said it
     /// appended without enough replicas): the batch's sequences may be the target's already.
     Retry { reason: String, maybe_written: bool },
-    /// Refused for good: a send failure.
-    Refused { code: String, message: String },
+    /// Refused for good: a send failure. `skippable`: the refusal is about this batch, so
+    /// `--abort.on.send.failure false` may skip it; a sequence gap is about batches the target
+    /// lost before it, and skipping this one would not mend it.
+    /// `records`: the records of the batch the target named as the cause (Produce v8 and
+    /// later; empty when it named none).
+    Refused {
+        code: String,
+        message: String,
+        skippable: bool,
+        records: Vec<RefusedRecord>,
+    },
     /// Not sent this round: its broker's round was full ([`BatchProducer`]'s byte budget).
     /// Sent in a later round, before anything after it of its partition.
     Deferred,
@@ -343,11 +362,14 @@ impl BatchProducer {
                     45 => Outcome::Refused {
                         code: error_name(45),
                         message: format!(
-                            "the target is missing a batch before this one of target \
-                             {name}/{} (sequence gap); it is not skipped: restart the \
-                             mirror, it copies from the last commit",
+                            "target {name}/{} no longer holds a batch this producer wrote \
+                             before this one (a sequence gap: records it acknowledged were \
+                             lost, e.g. by an unclean leader election); `mirror-maker verify` \
+                             shows which are missing",
                             p.index
                         ),
+                        skippable: false,
+                        records: Vec::new(),
                     },
                     // TOPIC_AUTHORIZATION_FAILED: what is missing, and what to do, as the
                     // record engine says it.
@@ -360,6 +382,8 @@ impl BatchProducer {
                              grant it WRITE on topic {name}, e.g. kafka-acls --add \
                              --allow-principal User:NAME --operation Write --topic {name}"
                         ),
+                        skippable: true,
+                        records: Vec::new(),
                     },
                     code => Outcome::Refused {
                         code: error_name(code),
@@ -368,6 +392,21 @@ impl BatchProducer {
                             .as_ref()
                             .map(|m| m.as_str().to_owned())
                             .unwrap_or_default(),
+                        skippable: true,
+                        records: p
+                            .record_errors
+                            .iter()
+                            .filter_map(|e| {
+                                Some(RefusedRecord {
+                                    index: usize::try_from(e.batch_index).ok()?,
+                                    message: e
+                                        .batch_index_error_message
+                                        .as_ref()
+                                        .map(|m| m.as_str().to_owned())
+                                        .unwrap_or_default(),
+                                })
+                            })
+                            .collect(),
                     },
                 };
                 outcomes[n] = Some(outcome);
@@ -499,6 +538,93 @@ mod tests {
         let mut all: Vec<usize> = split.concat();
         all.sort_unstable();
         assert_eq!(all, (0..sizes.len()).collect::<Vec<_>>(), "each batch once");
+    }
+
+    /// The outcome of one batch of `orders/0` answered with `code`.
+    fn answered(code: i16) -> Outcome {
+        answered_naming(code, &[])
+    }
+
+    /// The same, the answer naming the records at `indexes` as the cause.
+    fn answered_naming(code: i16, indexes: &[i32]) -> Outcome {
+        use kafka_protocol::messages::produce_response::{
+            BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+        };
+        let items = [RoundItem {
+            topic: "orders",
+            partition: 0,
+            batch: Bytes::new(),
+        }];
+        let named = indexes
+            .iter()
+            .map(|&i| {
+                BatchIndexAndErrorMessage::default()
+                    .with_batch_index(i)
+                    .with_batch_index_error_message(Some(StrBytes::from_static_str("too old")))
+            })
+            .collect();
+        let partition = PartitionProduceResponse::default()
+            .with_index(0)
+            .with_error_code(code)
+            .with_record_errors(named);
+        let response =
+            ProduceResponse::default().with_responses(vec![TopicProduceResponse::default()
+                .with_name(TopicName(StrBytes::from_static_str("orders")))
+                .with_partition_responses(vec![partition])]);
+        let mut outcomes = vec![None];
+        BatchProducer::read_answer(&items, &[0], &response, &mut outcomes, &mut false);
+        outcomes.pop().flatten().expect("an outcome")
+    }
+
+    /// A sequence gap says the target lost batches before this one: skipping this one would
+    /// leave the gap, and every later batch would meet it, so not even skip mode skips it.
+    #[test]
+    fn a_sequence_gap_is_a_refusal_no_mode_skips() {
+        match answered(45) {
+            Outcome::Refused {
+                code,
+                message,
+                skippable,
+                ..
+            } => {
+                assert_eq!(code, "OutOfOrderSequenceNumber");
+                assert!(!skippable);
+                for needle in ["orders/0", "sequence gap", "verify"] {
+                    assert!(message.contains(needle), "{needle:?} not in {message}");
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A refusal of the batch itself (here an invalid timestamp) is one skip mode may skip.
+    #[test]
+    fn a_refusal_of_the_batch_itself_may_be_skipped() {
+        match answered(32) {
+            Outcome::Refused {
+                code, skippable, ..
+            } => {
+                assert_eq!(code, "InvalidTimestamp");
+                assert!(skippable);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The records a refusal names (Produce v8 and later) reach the stream, which skips only
+    /// them in skip mode.
+    #[test]
+    fn a_refusal_names_the_records_the_target_gave_as_its_cause() {
+        match answered_naming(32, &[3, 7]) {
+            Outcome::Refused { records, .. } => {
+                let named: Vec<(usize, &str)> = records
+                    .iter()
+                    .map(|r| (r.index, r.message.as_str()))
+                    .collect();
+                assert_eq!(named, [(3, "too old"), (7, "too old")]);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

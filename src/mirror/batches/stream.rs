@@ -42,12 +42,13 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::topic_partition_list::TopicPartitionList;
 
 use super::batch::{
-    plain_records, prepare, prepare_before, split, BatchError, OutBatch, PlainRecord,
+    plain_records, prepare, prepare_before, split, without, BatchError, OutBatch, PlainRecord,
+    Stamp,
 };
 use super::cluster::UNKNOWN_TOPIC_OR_PARTITION;
 use super::fetcher::{AbortedFilter, Fetched, Fetcher};
 use super::plain::PlainProducers;
-use super::producer::{BatchProducer, Outcome, RoundItem};
+use super::producer::{BatchProducer, Outcome, RefusedRecord, RoundItem};
 use crate::mirror::clients::{self, Cluster};
 use crate::mirror::commit::{commit_async, commit_stored, commit_sync, final_commit};
 use crate::mirror::delay::Observation;
@@ -106,6 +107,71 @@ struct Queued {
     /// A send of it may have been applied though unanswered: its sequences may be the
     /// target's already, so they are never given to another batch.
     maybe_written: bool,
+}
+
+impl Queued {
+    /// Stamped again (its sequences moved after an earlier batch was refused): the header,
+    /// its CRC-32C and the bytes to send made again, the records untouched.
+    fn restamp(&mut self, stamp: Stamp) {
+        self.out.restamp(stamp);
+        self.bytes = self.out.rejoin();
+        self.sequence = stamp.base_sequence;
+    }
+}
+
+/// A refused batch skipped (`--abort.on.send.failure false`): the target took none of its
+/// sequences, so the partition's queued batches are stamped again from its first, and its next
+/// batches follow them. Stamped as they were, the target would see a gap before each of them
+/// (OUT_OF_ORDER_SEQUENCE_NUMBER) and refuse them all. A batch an earlier send may have written
+/// keeps its sequences: they may be the target's.
+fn give_back_sequences(
+    producer: &mut BatchProducer,
+    key: &Partition,
+    part: &mut Part,
+    refused: &Queued,
+) {
+    if !refused.maybe_written {
+        restamp_queue(producer, key, part, refused.sequence);
+    }
+}
+
+/// The partition's queued batches stamped again, in order, with sequences from `from` on, and
+/// its next batches after them.
+fn restamp_queue(producer: &mut BatchProducer, key: &Partition, part: &mut Part, from: i32) {
+    producer.rewind(&part.target_topic, key.1, from);
+    for step in part.queue.iter_mut() {
+        if let Step::Send(q) = step {
+            q.restamp(producer.stamp(&part.target_topic, key.1));
+            producer.advance(&part.target_topic, key.1, q.out.records);
+        }
+    }
+}
+
+/// The target's `message` on a refused batch, with the source offsets of the records it named
+/// as the cause and what it said of each.
+fn name_refused_records(out: &OutBatch, message: &str, records: &[RefusedRecord]) -> String {
+    if records.is_empty() {
+        return message.to_owned();
+    }
+    let named: Vec<String> = records
+        .iter()
+        .map(|r| {
+            let offset = if r.index < out.records.max(0) as usize {
+                out.source_offset(r.index).to_string()
+            } else {
+                format!("index {} (not in the batch)", r.index)
+            };
+            if r.message.is_empty() {
+                offset
+            } else {
+                format!("{offset} ({})", r.message)
+            }
+        })
+        .collect();
+    format!(
+        "{message}; the target named source offset {}",
+        named.join(", ")
+    )
 }
 
 /// What comes next for a partition, in source order.
@@ -1263,21 +1329,35 @@ impl<'s> BatchStream<'s> {
                 }
                 // Still in flight: sent, before its successors, in a later round.
                 Outcome::Deferred => {}
-                Outcome::Refused { code, message } => {
+                Outcome::Refused {
+                    code,
+                    message,
+                    skippable,
+                    records,
+                } => {
                     let (q, ticket) = part.in_flight.take().expect("sent");
-                    self.refused(
-                        key,
-                        &part.target_topic,
-                        Span::of(&q.out),
-                        ticket,
-                        &code,
-                        &message,
-                    );
-                    if self.settings.options.abort_on_send_failure {
+                    if skippable
+                        && !self.settings.options.abort_on_send_failure
+                        && self.skip_refused_records(
+                            &mut engine.producer,
+                            key,
+                            part,
+                            (&q, ticket),
+                            &code,
+                            &records,
+                        )
+                    {
+                        continue;
+                    }
+                    let message = name_refused_records(&q.out, &message, &records);
+                    let span = Span::of(&q.out);
+                    let target_topic = &part.target_topic;
+                    if self.refused(key, target_topic, span, ticket, &code, &message, skippable) {
                         // Nothing after it is sent: the stream stops here.
                         part.queue.clear();
                         return false;
                     }
+                    give_back_sequences(&mut engine.producer, key, part, &q);
                     self.settle(key, part);
                 }
             }
@@ -1427,18 +1507,12 @@ impl<'s> BatchStream<'s> {
         let Some((q, ticket)) = part.in_flight.take() else {
             return true;
         };
-        self.refused(
-            key,
-            &part.target_topic,
-            Span::of(&q.out),
-            ticket,
-            code,
-            message,
-        );
-        if self.settings.options.abort_on_send_failure {
+        let span = Span::of(&q.out);
+        if self.refused(key, &part.target_topic, span, ticket, code, message, true) {
             part.queue.clear();
             return false;
         }
+        give_back_sequences(&mut engine.producer, key, part, &q);
         self.settle(key, part);
         true
     }
@@ -1466,6 +1540,116 @@ impl<'s> BatchStream<'s> {
         record_ack(&self.shared, key, target_topic, out, ticket, base_offset);
     }
 
+    /// Skip mode, a batch the target refused for some of its records (`records`, as its answer
+    /// names them): those are dropped, logged and counted; the batch's other records are
+    /// encoded again and sent in its place, the first of them under its ticket (so the commit
+    /// point stays at the batch's first record until they are acknowledged), before anything
+    /// after it; the batches queued after it are stamped again to follow them. `false` when
+    /// this cannot be done (the answer named no record, or each one, or a send of it may have
+    /// been written, or it cannot be encoded again): the batch is then skipped whole.
+    fn skip_refused_records(
+        &self,
+        producer: &mut BatchProducer,
+        key: &Partition,
+        part: &mut Part,
+        (q, ticket): (&Queued, Ticket),
+        code: &str,
+        records: &[RefusedRecord],
+    ) -> bool {
+        let count = q.out.records.max(0) as usize;
+        let mut refused: Vec<usize> = records.iter().map(|r| r.index).collect();
+        refused.sort_unstable();
+        refused.dedup();
+        if q.maybe_written
+            || refused.is_empty()
+            || refused.len() >= count
+            || refused.iter().any(|&i| i >= count)
+        {
+            return false;
+        }
+        let stamp = Stamp {
+            base_sequence: q.sequence,
+            ..producer.stamp(&part.target_topic, key.1)
+        };
+        let outs = match without(&q.out, &refused, part.max_batch, stamp) {
+            Ok(outs) if !outs.is_empty() => outs,
+            Ok(_) => return false,
+            Err(e) => {
+                tracing::debug!(
+                    stream = self.stream,
+                    "{}/{}: the records of the batch of source offsets {} to {} that the target \
+                     did not refuse cannot be encoded again ({e}): the batch is skipped whole",
+                    key.0,
+                    key.1,
+                    q.out.first_source_offset,
+                    q.out.last_source_offset
+                );
+                return false;
+            }
+        };
+        let kept: i32 = outs.iter().map(|o| o.records).sum();
+        for record in records {
+            let offset = q.out.source_offset(record.index);
+            let mut what = format!(
+                "target {}/{} refused source {}/{} offset {offset} (of the batch of offsets {} \
+                 to {}): {code}{}{}",
+                part.target_topic,
+                key.1,
+                key.0,
+                key.1,
+                q.out.first_source_offset,
+                q.out.last_source_offset,
+                if record.message.is_empty() { "" } else { ": " },
+                record.message
+            );
+            if matches!(code, "InvalidTimestamp" | "InvalidRecord") {
+                let advice = crate::mirror::timestamps::refusal_advice(&part.target_topic, None);
+                what = format!("{what}: {advice}");
+            }
+            tracing::warn!(
+                stream = self.stream,
+                "{what}; skipped (--abort.on.send.failure false), the batch's {} sent again \
+                 without it",
+                counted(kept, "other record")
+            );
+            self.shared.stats.recorded.count_send_error(code.to_owned());
+        }
+        Stats::add(&self.shared.stats.dropped, refused.len() as u64);
+        restamp_queue(
+            producer,
+            key,
+            part,
+            super::batch::next_sequence(q.sequence, kept),
+        );
+        let mut outs = outs.into_iter().map(|out| {
+            let sequence = out.base_sequence();
+            let (out, bytes) = out.detach();
+            Queued {
+                out,
+                bytes,
+                sequence,
+                maybe_written: false,
+            }
+        });
+        let first = outs.next().expect("not empty");
+        let rest: Vec<Queued> = outs.collect();
+        // Counted as produced when the refused batch went: not again when they go.
+        let again: u64 = rest.iter().map(|r| r.out.records.max(0) as u64).sum();
+        self.shared
+            .stats
+            .produced
+            .fetch_sub(again, Ordering::Relaxed);
+        for later in rest.into_iter().rev() {
+            part.queue.push_front(Step::Send(later));
+        }
+        part.in_flight = Some((first, ticket));
+        true
+    }
+
+    /// A batch the target refused (`code`, `message`): in abort mode, and for a refusal that
+    /// is not `skippable`, the stream fails with the commit point at the batch and `true` is
+    /// returned; otherwise it is skipped, counted and committed past.
+    #[allow(clippy::too_many_arguments)]
     fn refused(
         &self,
         key: &Partition,
@@ -1474,7 +1658,8 @@ impl<'s> BatchStream<'s> {
         ticket: Ticket,
         code: &str,
         message: &str,
-    ) {
+        skippable: bool,
+    ) -> bool {
         self.shared.stats.recorded.count_send_error(code.to_owned());
         let mut what = format!(
             "target {target_topic}/{} refused the batch of source {}/{} offsets {} to {} ({}): \
@@ -1492,13 +1677,20 @@ impl<'s> BatchStream<'s> {
             let advice = crate::mirror::timestamps::refusal_advice(target_topic, None);
             what = format!("{what}: {advice}");
         }
-        if self.settings.options.abort_on_send_failure {
+        if self.settings.options.abort_on_send_failure || !skippable {
+            let why = if self.settings.options.abort_on_send_failure {
+                "--abort.on.send.failure true"
+            } else {
+                "not skipped with --abort.on.send.failure false: skipping this batch would not \
+                 mend it"
+            };
             self.shared.tracker().fail(ticket);
             self.shared.control.fail(format!(
-                "stream {}: {what}; stopping (--abort.on.send.failure true) with the committed \
-                 offset at {}: fix the cause and restart",
+                "stream {}: {what}; stopping ({why}) with the committed offset at {}: fix the \
+                 cause and restart",
                 self.stream, out.first_source_offset
             ));
+            true
         } else {
             tracing::warn!(
                 stream = self.stream,
@@ -1508,6 +1700,7 @@ impl<'s> BatchStream<'s> {
             let mut tracker = self.shared.tracker();
             tracker.ack(ticket);
             tracker.advance_to_position(&key.0, key.1, out.last_source_offset + 1);
+            false
         }
     }
 
@@ -1626,15 +1819,16 @@ impl<'s> BatchStream<'s> {
         let offsets = match sent {
             Ok(offsets) => offsets,
             Err(failure) => {
-                self.refused(
+                let message = format!("{} (sent through librdkafka's producer)", failure.message);
+                return !self.refused(
                     key,
                     target_topic,
                     span,
                     ticket,
                     &failure.code,
-                    &format!("{} (sent through librdkafka's producer)", failure.message),
+                    &message,
+                    true,
                 );
-                return !self.settings.options.abort_on_send_failure;
             }
         };
         let acked = Acked {

@@ -489,6 +489,35 @@ fn restamped_batch_carries_the_new_stamp_and_the_same_records() {
     }
 }
 
+/// What skip mode sends in place of a batch the target refused for some of its records: the
+/// others, each with its source offset, sequences from the refused batch's first, in batches
+/// the target takes. Copied and re-encoded batches (a compacted source's gaps) alike.
+#[test]
+fn a_batch_without_its_refused_records_keeps_the_others_and_their_source_offsets() {
+    let mut compacted = Source::new(Compression::Lz4, 100, 12);
+    compacted.offsets = vec![100, 101, 103, 104, 107, 108, 110, 111, 112, 115, 116, 119];
+    for source in [Source::new(Compression::None, 100, 12), compacted] {
+        let outs = prepare(&source.source_batch(), 0, UNLIMITED, STAMP).unwrap();
+        assert_eq!(outs.len(), 1);
+        let refused = [0, 5, 11];
+        let again = Stamp {
+            base_sequence: 40,
+            ..STAMP
+        };
+        let rest = without(&outs[0], &refused, UNLIMITED, again).unwrap();
+        let expected: Vec<Record> = source
+            .records()
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !refused.contains(i))
+            .map(|(_, r)| r)
+            .collect();
+        assert_same_records(&expected, &rest);
+        assert_producer_batch(&rest[0], again);
+        assert_eq!(rest[0].records, 9);
+    }
+}
+
 #[test]
 fn sequences_wrap_to_zero_as_kafka_does() {
     assert_eq!(next_sequence(5, 3), 8);
