@@ -1068,6 +1068,71 @@ fn a_partition_back_after_a_release_with_an_answer_outstanding_loses_nothing_wit
     assert_eq!((c.source, c.lost, c.changed), (written, 0, 0), "{c:?}");
 }
 
+/// A batch whose Produce never reached the target (the first instance's link to it
+/// blackholed, then every connection on it reset: the request was never written) is released
+/// unanswered, so it keeps its sequences (they might have been the target's). When its
+/// partition is the first instance's again, the target lacks that batch and answers the next
+/// one OUT_OF_ORDER_SEQUENCE_NUMBER. Nothing was lost (the batch's records are after the
+/// last commit, copied again by whoever owns the partition): the first instance must write
+/// on, not stop. 0 lost, order kept, exit 0; the gap met at least once.
+#[test]
+fn a_partition_back_after_a_release_whose_unanswered_batch_never_landed_loses_nothing_with_batches()
+{
+    let _serial = one_at_a_time();
+    const EAGER: &[(&str, &str)] = &[("partition.assignment.strategy", "range")];
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let bursts = Bursts::start(pair.src(), 0);
+    let mut first = logged(
+        pair.mirror().copy_mode(CopyMode::Batches).consumer(EAGER),
+        CopyMode::Batches,
+    )
+    .commit_ms(300)
+    .start();
+    wait_commits_past(&pair, &mut first, 2000, Duration::from_secs(60));
+    pair.target_link.blackhole();
+    // Not a condition: rounds sent meanwhile are held and go unanswered.
+    std::thread::sleep(Duration::from_secs(4));
+    let mut second = Endpoints::mirror(&pair)
+        .copy_mode(CopyMode::Batches)
+        .consumer(EAGER)
+        .commit_ms(300)
+        .start();
+    first.wait_for_log(
+        "it may still be written",
+        "the first instance's release leaving a batch unanswered",
+    );
+    // What the blackhole held is dropped: those batches never reach the target.
+    pair.target_link.reset_all();
+    pair.target_link.heal();
+    wait_assigned(&mut second);
+    let before = committed_total(&pair.src(), TOPIC, PARTITIONS);
+    wait_commits_past(&pair, &mut second, before + 2000, Duration::from_secs(60));
+    assert_eq!(second.stop().code(), Some(0), "log:\n{}", second.log());
+    // The first instance owns every partition again and copies on.
+    let back = committed_total(&pair.src(), TOPIC, PARTITIONS);
+    wait_commits_past(&pair, &mut first, back + 2000, Duration::from_secs(60));
+    let written = bursts.stop();
+    wait_committed(&mut first, &pair.src(), TOPIC, PARTITIONS, written as i64);
+    assert_eq!(first.stop().code(), Some(0), "log:\n{}", first.log());
+    let log = first.log();
+    let gaps = log.matches("OutOfOrderSequenceNumber").count();
+    let c = compare_each(&pair);
+    eprintln!(
+        "TRIAL batches unanswered-never-landed kafka 4.4.0: the first instance's target link \
+         blackholed, a second one joining, the held requests reset; {} left unanswered at the \
+         release, {gaps} sequence gaps met; {written} records: {}, {:.0} s",
+        log.matches("it may still be written").count(),
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        gaps >= 1,
+        "no sequence gap was met: the trial proves nothing; log:\n{log}"
+    );
+    assert_eq!((c.source, c.lost, c.changed), (written, 0, 0), "{c:?}");
+}
+
 /// The settling half of the trial above: the target's answers come late until the first
 /// instance's release has begun sending its unanswered batches again, and on time from then
 /// on. Each such batch is answered within the release (the target has it already, or takes

@@ -12,7 +12,8 @@
 //! unanswered, which may be the target's, are never given to another batch: see
 //! [`Outcome::Retry`]). A batch the target refused took none of its sequences: the batches
 //! after it are stamped again from its first (`BatchStream`'s skip). OUT_OF_ORDER_SEQUENCE_NUMBER
-//! therefore means the target lost a batch it had acknowledged: refused, never skipped.
+//! means the target lacks a batch sent before: the producer takes a new id
+//! ([`BatchProducer::renew`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -62,17 +63,16 @@ pub(crate) enum Outcome {
     /// may have been applied all the same (its answer was lost or late, or the broker said it
     /// appended without enough replicas): the batch's sequences may be the target's already.
     Retry { reason: String, maybe_written: bool },
-    /// Refused for good: a send failure. `skippable`: the refusal is about this batch, so
-    /// `--abort.on.send.failure false` may skip it; a sequence gap is about batches the target
-    /// lost before it, and skipping this one would not mend it.
-    /// `records`: the records of the batch the target named as the cause (Produce v8 and
-    /// later; empty when it named none).
+    /// Refused for good: a send failure. `records`: the records of the batch the target named
+    /// as the cause (Produce v8 and later; empty when it named none).
     Refused {
         code: String,
         message: String,
-        skippable: bool,
         records: Vec<RefusedRecord>,
     },
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER: the target lacks a batch this producer sent the
+    /// partition before this one, which was not written (see [`BatchProducer::renew`]).
+    Gap,
     /// Not sent this round: its broker's round was full ([`BatchProducer`]'s byte budget).
     /// Sent in a later round, before anything after it of its partition.
     Deferred,
@@ -94,6 +94,36 @@ pub(crate) struct BatchProducer {
     turn: usize,
 }
 
+/// A producer id and epoch from InitProducerId (no transactional id) on any target broker,
+/// retriable answers asked again until `deadline`.
+fn init_producer_id(cluster: &mut Cluster, deadline: Instant) -> Result<(i64, i16), ProducerError> {
+    let broker = cluster.any_broker()?;
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(i32::MAX)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let response = loop {
+        let response = cluster
+            .connection(broker)?
+            .call(&request)
+            .map_err(|e| ProducerError::Init(e.to_string()))?;
+        match response.error_code {
+            0 => break response,
+            code if retriable(code) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            code => return Err(ProducerError::Init(error_name(code))),
+        }
+    };
+    tracing::debug!(
+        "batch producer: producer id {} epoch {}",
+        response.producer_id.0,
+        response.producer_epoch
+    );
+    Ok((response.producer_id.0, response.producer_epoch))
+}
+
 /// A budget that has grown back to this is lifted.
 const UNBOUNDED_FROM: usize = 64 << 20;
 
@@ -106,43 +136,36 @@ impl BatchProducer {
     /// A producer for the target `props` points at, with a producer id of its own.
     pub(crate) fn new(props: &ClientProps, timeout: Duration) -> Result<Self, ProducerError> {
         let mut cluster = Cluster::new("target", props, timeout)?;
-        let broker = cluster.any_broker()?;
-        let request = InitProducerIdRequest::default()
-            .with_transactional_id(None)
-            .with_transaction_timeout_ms(i32::MAX)
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1);
         // Retriable answers (the coordinator still loading, say) are asked again within the
         // config's request timeout (`timeout` may be shorter, bounded by the poll interval
         // for the waits of a running stream; none of those runs yet).
-        let deadline = std::time::Instant::now() + props.request_timeout().max(timeout);
-        let response = loop {
-            let response = cluster
-                .connection(broker)?
-                .call(&request)
-                .map_err(|e| ProducerError::Init(e.to_string()))?;
-            match response.error_code {
-                0 => break response,
-                code if retriable(code) && std::time::Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                code => return Err(ProducerError::Init(error_name(code))),
-            }
-        };
-        tracing::debug!(
-            "batch producer: producer id {} epoch {}",
-            response.producer_id.0,
-            response.producer_epoch
-        );
+        let deadline = Instant::now() + props.request_timeout().max(timeout);
+        let (producer_id, epoch) = init_producer_id(&mut cluster, deadline)?;
         Ok(BatchProducer {
             cluster,
-            producer_id: response.producer_id.0,
-            epoch: response.producer_epoch,
+            producer_id,
+            epoch,
             sequences: HashMap::new(),
             timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
             budgets: HashMap::new(),
             turn: 0,
         })
+    }
+
+    /// A new producer id, every target partition's sequences from 0 again: what follows a
+    /// sequence gap ([`Outcome::Gap`]). The target lacks a batch this producer sent before
+    /// the one it refused: a batch released unanswered that never landed (its records were
+    /// copied again by the partition's next owner), or records it acknowledged and then lost
+    /// (an unclean leader election). Under a new id the target takes the batches from any
+    /// sequence, as from a producer it does not know, and a late request of the old id cannot
+    /// be taken for one of the new (DUPLICATE_SEQUENCE_NUMBER).
+    pub(crate) fn renew(&mut self) -> Result<(), ProducerError> {
+        let deadline = Instant::now() + self.cluster.timeout();
+        let (producer_id, epoch) = init_producer_id(&mut self.cluster, deadline)?;
+        self.producer_id = producer_id;
+        self.epoch = epoch;
+        self.sequences.clear();
+        Ok(())
     }
 
     /// The stamp for the next batch of a target partition; [`advance`](Self::advance) moves
@@ -359,18 +382,7 @@ impl BatchProducer {
                             maybe_written: matches!(code, 7 | 20),
                         }
                     }
-                    45 => Outcome::Refused {
-                        code: error_name(45),
-                        message: format!(
-                            "target {name}/{} no longer holds a batch this producer wrote \
-                             before this one (a sequence gap: records it acknowledged were \
-                             lost, e.g. by an unclean leader election); `mirror-maker verify` \
-                             shows which are missing",
-                            p.index
-                        ),
-                        skippable: false,
-                        records: Vec::new(),
-                    },
+                    45 => Outcome::Gap,
                     // TOPIC_AUTHORIZATION_FAILED: what is missing, and what to do, as the
                     // record engine says it.
                     29 => Outcome::Refused {
@@ -382,7 +394,6 @@ impl BatchProducer {
                              grant it WRITE on topic {name}, e.g. kafka-acls --add \
                              --allow-principal User:NAME --operation Write --topic {name}"
                         ),
-                        skippable: true,
                         records: Vec::new(),
                     },
                     code => Outcome::Refused {
@@ -392,7 +403,6 @@ impl BatchProducer {
                             .as_ref()
                             .map(|m| m.as_str().to_owned())
                             .unwrap_or_default(),
-                        skippable: true,
                         records: p
                             .record_errors
                             .iter()
@@ -576,37 +586,18 @@ mod tests {
         outcomes.pop().flatten().expect("an outcome")
     }
 
-    /// A sequence gap says the target lost batches before this one: skipping this one would
-    /// leave the gap, and every later batch would meet it, so not even skip mode skips it.
+    /// A sequence gap is not a refusal of the batch: the producer starts again under a new
+    /// producer id and sends it again.
     #[test]
-    fn a_sequence_gap_is_a_refusal_no_mode_skips() {
-        match answered(45) {
-            Outcome::Refused {
-                code,
-                message,
-                skippable,
-                ..
-            } => {
-                assert_eq!(code, "OutOfOrderSequenceNumber");
-                assert!(!skippable);
-                for needle in ["orders/0", "sequence gap", "verify"] {
-                    assert!(message.contains(needle), "{needle:?} not in {message}");
-                }
-            }
-            other => panic!("{other:?}"),
-        }
+    fn a_sequence_gap_is_not_a_refusal_of_the_batch() {
+        assert!(matches!(answered(45), Outcome::Gap), "{:?}", answered(45));
     }
 
-    /// A refusal of the batch itself (here an invalid timestamp) is one skip mode may skip.
+    /// A refusal of the batch itself (here an invalid timestamp) is a send failure.
     #[test]
-    fn a_refusal_of_the_batch_itself_may_be_skipped() {
+    fn a_refusal_of_the_batch_itself_is_a_send_failure() {
         match answered(32) {
-            Outcome::Refused {
-                code, skippable, ..
-            } => {
-                assert_eq!(code, "InvalidTimestamp");
-                assert!(skippable);
-            }
+            Outcome::Refused { code, .. } => assert_eq!(code, "InvalidTimestamp"),
             other => panic!("{other:?}"),
         }
     }

@@ -638,8 +638,9 @@ impl BatchContext {
                     }
                     // Not written by this send: the one before it may be, so it stays pending.
                     Outcome::Retry { .. } | Outcome::Deferred => {}
-                    // Refused: the earlier send was refused as well; the next owner meets it.
-                    Outcome::Refused { .. } => {
+                    // Refused, or a gap: the earlier send was not written either; the next
+                    // owner meets it.
+                    Outcome::Refused { .. } | Outcome::Gap => {
                         if let Some((q, _)) = part.in_flight.as_mut() {
                             q.maybe_written = false;
                         }
@@ -677,6 +678,10 @@ pub(crate) struct BatchStream<'s> {
     /// Partitions whose target topic has no such partition, since their first batch was
     /// refused for it.
     absent_since: RefCell<HashMap<Partition, Instant>>,
+    /// The batch (partition, first source offset) that last met a sequence gap, for which the
+    /// producer took a new id, until its partition has a batch acknowledged: the same batch
+    /// meeting one again stops the stream.
+    last_gap: RefCell<Option<(Partition, i64)>>,
     /// librdkafka producers for [`Step::Plain`], made when first needed.
     plain: RefCell<Option<PlainProducers>>,
 }
@@ -774,6 +779,7 @@ impl<'s> BatchStream<'s> {
             targets_made: RefCell::default(),
             propagation_limit: crate::mirror::metadata::propagation_limit(&settings.producer),
             absent_since: RefCell::default(),
+            last_gap: RefCell::default(),
             plain: RefCell::default(),
         })
     }
@@ -1279,6 +1285,8 @@ impl<'s> BatchStream<'s> {
         let outcomes = engine.producer.send_round(&items);
         drop(items);
         let mut retries = 0;
+        // Partitions whose batch met a sequence gap.
+        let mut gaps: Vec<Partition> = Vec::new();
         // Partitions retried because their target topic is gone, by target topic.
         let mut missing: Vec<(String, Instant, Vec<Partition>)> = Vec::new();
         // Partitions retried because their target topic has no such partition.
@@ -1300,6 +1308,11 @@ impl<'s> BatchStream<'s> {
                 Outcome::Acked { base_offset } => {
                     if !self.absent_since.borrow().is_empty() {
                         self.absent_since.borrow_mut().remove(key);
+                    }
+                    // Past the batch that met a gap: a later gap is a new one.
+                    let past_gap = matches!(&*self.last_gap.borrow(), Some((k, _)) if k == key);
+                    if past_gap {
+                        *self.last_gap.borrow_mut() = None;
                     }
                     let (q, ticket) = part.in_flight.take().expect("sent");
                     self.acked(key, &part.target_topic, &q.out, ticket, base_offset);
@@ -1329,15 +1342,15 @@ impl<'s> BatchStream<'s> {
                 }
                 // Still in flight: sent, before its successors, in a later round.
                 Outcome::Deferred => {}
+                // Sent again under a new producer id, below.
+                Outcome::Gap => gaps.push(key.clone()),
                 Outcome::Refused {
                     code,
                     message,
-                    skippable,
                     records,
                 } => {
                     let (q, ticket) = part.in_flight.take().expect("sent");
-                    if skippable
-                        && !self.settings.options.abort_on_send_failure
+                    if !self.settings.options.abort_on_send_failure
                         && self.skip_refused_records(
                             &mut engine.producer,
                             key,
@@ -1352,7 +1365,7 @@ impl<'s> BatchStream<'s> {
                     let message = name_refused_records(&q.out, &message, &records);
                     let span = Span::of(&q.out);
                     let target_topic = &part.target_topic;
-                    if self.refused(key, target_topic, span, ticket, &code, &message, skippable) {
+                    if self.refused(key, target_topic, span, ticket, &code, &message) {
                         // Nothing after it is sent: the stream stops here.
                         part.queue.clear();
                         return false;
@@ -1361,6 +1374,9 @@ impl<'s> BatchStream<'s> {
                     self.settle(key, part);
                 }
             }
+        }
+        if !gaps.is_empty() && !self.renew_producer(engine, &gaps) {
+            return false;
         }
         for (target_topic, since, keys) in missing {
             if !self.target_missing(engine, &target_topic, since, &keys) {
@@ -1508,7 +1524,7 @@ impl<'s> BatchStream<'s> {
             return true;
         };
         let span = Span::of(&q.out);
-        if self.refused(key, &part.target_topic, span, ticket, code, message, true) {
+        if self.refused(key, &part.target_topic, span, ticket, code, message) {
             part.queue.clear();
             return false;
         }
@@ -1538,6 +1554,71 @@ impl<'s> BatchStream<'s> {
         base_offset: i64,
     ) {
         record_ack(&self.shared, key, target_topic, out, ticket, base_offset);
+    }
+
+    /// Target partitions whose batch met a sequence gap (OUT_OF_ORDER_SEQUENCE_NUMBER): the
+    /// target lacks a batch our producer sent there before. A batch released unanswered that
+    /// never landed (its records were copied again by the partition's next owner: nothing
+    /// lost), or records the target acknowledged and then lost (an unclean leader election:
+    /// stopping would not bring them back). Either way the stream goes on as a restart would:
+    /// the producer takes a new id ([`BatchProducer::renew`]) and every batch not yet
+    /// acknowledged, of every partition, in flight or queued, is stamped again from sequence 0
+    /// and sent in order. The same batch meeting a gap again under the new id stops the stream
+    /// (`false`): the target is losing what it acknowledges.
+    fn renew_producer(&self, engine: &mut Engine, gaps: &[Partition]) -> bool {
+        for key in gaps {
+            let part = &engine.parts[key];
+            let Some((q, _)) = part.in_flight.as_ref() else {
+                continue;
+            };
+            let batch = (key.clone(), q.out.first_source_offset);
+            let again = self.last_gap.borrow().as_ref() == Some(&batch);
+            let what = format!(
+                "target {}/{} lacks a batch this stream's producer sent it before the one of \
+                 source {}/{} offsets {} to {} ({}): a batch left unanswered at a release that it \
+                 never wrote (copied again by the partition's next owner), or records it had \
+                 acknowledged and lost (an unclean leader election; `mirror-maker verify` shows \
+                 them)",
+                part.target_topic,
+                key.1,
+                key.0,
+                key.1,
+                q.out.first_source_offset,
+                q.out.last_source_offset,
+                super::wire::error_name(45)
+            );
+            if again {
+                self.shared.control.fail(format!(
+                    "stream {}: {what}; met again under a new producer id: stopping with the \
+                     committed offset at {}",
+                    self.stream, q.out.first_source_offset
+                ));
+                return false;
+            }
+            tracing::warn!(
+                stream = self.stream,
+                "{what}; sending it and every batch after it again under a new producer id"
+            );
+            *self.last_gap.borrow_mut() = Some(batch);
+        }
+        if let Err(e) = engine.producer.renew() {
+            self.shared
+                .control
+                .fail(format!("stream {}: after a sequence gap: {e}", self.stream));
+            return false;
+        }
+        let producer = &mut engine.producer;
+        for (key, part) in engine.parts.iter_mut() {
+            let mut next = 0;
+            if let Some((q, _)) = part.in_flight.as_mut() {
+                q.restamp(producer.stamp(&part.target_topic, key.1));
+                // Never sent under the new id.
+                q.maybe_written = false;
+                next = super::batch::next_sequence(next, q.out.records);
+            }
+            restamp_queue(producer, key, part, next);
+        }
+        true
     }
 
     /// Skip mode, a batch the target refused for some of its records (`records`, as its answer
@@ -1646,10 +1727,9 @@ impl<'s> BatchStream<'s> {
         true
     }
 
-    /// A batch the target refused (`code`, `message`): in abort mode, and for a refusal that
-    /// is not `skippable`, the stream fails with the commit point at the batch and `true` is
-    /// returned; otherwise it is skipped, counted and committed past.
-    #[allow(clippy::too_many_arguments)]
+    /// A batch the target refused (`code`, `message`): in abort mode the stream fails with the
+    /// commit point at the batch and `true` is returned; in skip mode it is skipped, counted
+    /// and committed past.
     fn refused(
         &self,
         key: &Partition,
@@ -1658,7 +1738,6 @@ impl<'s> BatchStream<'s> {
         ticket: Ticket,
         code: &str,
         message: &str,
-        skippable: bool,
     ) -> bool {
         self.shared.stats.recorded.count_send_error(code.to_owned());
         let mut what = format!(
@@ -1677,17 +1756,11 @@ impl<'s> BatchStream<'s> {
             let advice = crate::mirror::timestamps::refusal_advice(target_topic, None);
             what = format!("{what}: {advice}");
         }
-        if self.settings.options.abort_on_send_failure || !skippable {
-            let why = if self.settings.options.abort_on_send_failure {
-                "--abort.on.send.failure true"
-            } else {
-                "not skipped with --abort.on.send.failure false: skipping this batch would not \
-                 mend it"
-            };
+        if self.settings.options.abort_on_send_failure {
             self.shared.tracker().fail(ticket);
             self.shared.control.fail(format!(
-                "stream {}: {what}; stopping ({why}) with the committed offset at {}: fix the \
-                 cause and restart",
+                "stream {}: {what}; stopping (--abort.on.send.failure true) with the committed \
+                 offset at {}: fix the cause and restart",
                 self.stream, out.first_source_offset
             ));
             true
@@ -1820,15 +1893,7 @@ impl<'s> BatchStream<'s> {
             Ok(offsets) => offsets,
             Err(failure) => {
                 let message = format!("{} (sent through librdkafka's producer)", failure.message);
-                return !self.refused(
-                    key,
-                    target_topic,
-                    span,
-                    ticket,
-                    &failure.code,
-                    &message,
-                    true,
-                );
+                return !self.refused(key, target_topic, span, ticket, &failure.code, &message);
             }
         };
         let acked = Acked {
