@@ -15,6 +15,7 @@
 // the tests do. Remove once the engine is merged.
 #![allow(dead_code)]
 
+mod legacy;
 #[cfg(test)]
 mod tests;
 
@@ -151,11 +152,15 @@ pub(crate) enum BatchError {
     )]
     Malformed { offset: i64, reason: String },
     #[error(
-        "the message set at offset {offset} is in the message format v{magic} of Kafka before \
-         0.11, which the batch engine does not forward: mirror this topic with \
-         --copy.mode records"
+        "the message at offset {offset}, in the message format v{magic} of Kafka before 0.11, \
+         cannot be read: {reason}; fetch from offset {offset} again, and if it recurs check \
+         the source partition's log segment (kafka-dump-log --deep-iteration)"
     )]
-    Legacy { offset: i64, magic: i8 },
+    Legacy {
+        offset: i64,
+        magic: i8,
+        reason: String,
+    },
     #[error(
         "the record batch at offset {offset} could not be decoded to be encoded again: {reason}; \
          mirror this topic with --copy.mode records"
@@ -343,9 +348,9 @@ impl SourceBatch {
 ///
 /// A truncated batch at the end (the broker cuts the last batch at the fetch's max bytes) ends
 /// the iteration without an error; [`Batches::remainder`] then says how many bytes it had. A
-/// corrupt batch (CRC-32C, length, codec) is an error naming its offset, and so is a message
-/// set of magic 0 or 1 ([`BatchError::Legacy`]: the engine refuses it or hands the partition to
-/// the record engine); the iteration ends after an error.
+/// corrupt batch (CRC-32C, length, codec) is an error naming its offset; the iteration ends
+/// after an error. Messages of the formats before Kafka 0.11 (magic 0 and 1) come as v2
+/// batches made from them (`legacy`).
 pub(crate) fn split(records: Bytes) -> Batches {
     Batches {
         rest: records,
@@ -379,7 +384,7 @@ impl Batches {
         let magic = rest[MAGIC_AT] as i8;
         match magic {
             MAGIC_V2 => {}
-            0 | 1 => return Err(BatchError::Legacy { offset, magic }),
+            0 | 1 => return legacy::next_run(&mut self.rest),
             _ => {
                 return Err(BatchError::Malformed {
                     offset,

@@ -832,6 +832,37 @@ impl KafkaCluster {
             .unwrap_or_default()
     }
 
+    /// The magic byte (the record format: 0 and 1 before Kafka 0.11, 2 since) of each message
+    /// or batch at the top of `topic`/`partition`'s segment files on node 1, read straight
+    /// from disk. Each starts with its offset and a length (the same in every format).
+    pub fn stored_magics(&self, topic: &str, partition: i32) -> Vec<i8> {
+        let dir = self.nodes[0]
+            .dir
+            .join("data")
+            .join(format!("{topic}-{partition}"));
+        let mut segments: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        segments.sort();
+        let mut out = Vec::new();
+        for segment in segments {
+            let bytes = std::fs::read(&segment).expect("a segment file");
+            let mut pos = 0;
+            while pos + 17 <= bytes.len() {
+                let length =
+                    i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
+                if length == 0 || pos + 12 + length > bytes.len() {
+                    break;
+                }
+                out.push(bytes[pos + 16] as i8);
+                pos += 12 + length;
+            }
+        }
+        out
+    }
+
     /// The record batches of `topic`/`partition` as stored in node 1's segment files, read
     /// straight from disk (independent of any client).
     pub fn stored_batches(&self, topic: &str, partition: i32) -> Vec<StoredBatch> {

@@ -663,32 +663,191 @@ fn batch_length_shorter_than_a_header_is_an_error_naming_the_offset() {
     );
 }
 
+/// A message of format v0 or v1 as Kafka before 0.11 writes it (`LegacyRecord.write`): the
+/// tests' own fixture, as nothing else here writes the format (the crate cannot); the trial on
+/// Kafka 2.8 reads ones its broker wrote.
+fn legacy(
+    offset: i64,
+    magic: u8,
+    attributes: u8,
+    timestamp: i64,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+) -> Vec<u8> {
+    let mut body = vec![magic, attributes];
+    if magic == 1 {
+        body.extend(timestamp.to_be_bytes());
+    }
+    for field in [key, value] {
+        match field {
+            None => body.extend((-1i32).to_be_bytes()),
+            Some(bytes) => {
+                body.extend((bytes.len() as i32).to_be_bytes());
+                body.extend(bytes);
+            }
+        }
+    }
+    let mut message = offset.to_be_bytes().to_vec();
+    message.extend(((body.len() + 4) as i32).to_be_bytes());
+    message.extend(crc32fast::hash(&body).to_be_bytes());
+    message.extend(body);
+    message
+}
+
+/// `inner` messages compressed with `codec` into a wrapper message at `offset`.
+fn legacy_wrapper(
+    offset: i64,
+    magic: u8,
+    codec: Compression,
+    log_append_time: bool,
+    timestamp: i64,
+    inner: &[Vec<u8>],
+) -> Vec<u8> {
+    use kafka_protocol::compression::Compressor;
+    let plain = inner.concat();
+    let mut out = BytesMut::new();
+    let put = |buf: &mut BytesMut| {
+        buf.put_slice(&plain);
+        Ok(())
+    };
+    let (bits, compressed) = match codec {
+        Compression::Gzip => (1, <Gzip as Compressor<BytesMut>>::compress(&mut out, put)),
+        Compression::Snappy => (2, <Snappy as Compressor<BytesMut>>::compress(&mut out, put)),
+        Compression::Lz4 => (3, <Lz4 as Compressor<BytesMut>>::compress(&mut out, put)),
+        other => panic!("{other:?} is no codec of a legacy wrapper"),
+    };
+    compressed.unwrap();
+    let attributes = bits | if log_append_time { 0x08 } else { 0 };
+    legacy(offset, magic, attributes, timestamp, None, Some(&out))
+}
+
+/// A record as the engine should forward a legacy one: at `offset`, CreateTime `timestamp`.
+fn forwarded(offset: i64, timestamp: i64, key: Option<&str>, value: &str) -> Record {
+    Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
+        producer_id: NO_PRODUCER_ID,
+        producer_epoch: NO_PRODUCER_EPOCH,
+        timestamp_type: TimestampType::Creation,
+        offset,
+        sequence: -1,
+        timestamp,
+        key: key.map(|k| Bytes::from(k.to_owned())),
+        value: Some(Bytes::from(value.to_owned())),
+        headers: Default::default(),
+    }
+}
+
+/// Uncompressed v1 messages (a compacted log: offset 12 gone) become one v2 batch, each record
+/// at its source offset with its own timestamp, which the engine copies under its stamp.
 #[test]
-fn legacy_message_set_is_refused_naming_its_offset_and_magic() {
-    // A v1 message as Kafka 0.10 wrote it: offset, size, crc, magic 1, attributes,
-    // timestamp, key -1, value "v".
-    let mut message = Vec::new();
-    message.extend_from_slice(&900i64.to_be_bytes());
-    message.extend_from_slice(&23i32.to_be_bytes());
-    message.extend_from_slice(&0u32.to_be_bytes());
-    message.push(1);
-    message.push(0);
-    message.extend_from_slice(&1_600_000_000_000i64.to_be_bytes());
-    message.extend_from_slice(&(-1i32).to_be_bytes());
-    message.extend_from_slice(&1i32.to_be_bytes());
-    message.push(b'v');
+fn legacy_v1_messages_are_forwarded_as_one_v2_batch_at_their_offsets() {
+    let mut set = legacy(10, 1, 0, 1_500_000_000_010, Some(b"a"), Some(b"one"));
+    set.extend(legacy(11, 1, 0, 1_500_000_000_011, None, Some(b"two")));
+    set.extend(legacy(
+        13,
+        1,
+        0,
+        1_500_000_000_013,
+        Some(b"c"),
+        Some(b"three"),
+    ));
+    let batch = only(Bytes::from(set));
+    assert_eq!((batch.base_offset(), batch.last_offset()), (10, 13));
+    let outs = prepare(&batch, 0, UNLIMITED, STAMP).unwrap();
+    assert_producer_batch(&outs[0], STAMP);
+    assert_same_records(
+        &[
+            forwarded(10, 1_500_000_000_010, Some("a"), "one"),
+            forwarded(11, 1_500_000_000_011, None, "two"),
+            forwarded(13, 1_500_000_000_013, Some("c"), "three"),
+        ],
+        &outs,
+    );
+}
+
+/// A compressed v1 wrapper holds relative offsets, its own being the last one's absolute
+/// offset; under LogAppendTime its timestamp is each record's. The batch keeps the codec.
+#[test]
+fn a_compressed_v1_wrapper_gives_its_records_absolute_offsets_and_its_append_time() {
+    for codec in [Compression::Gzip, Compression::Snappy, Compression::Lz4] {
+        let inner: Vec<Vec<u8>> = (0..3)
+            .map(|i| legacy(i, 1, 0, 1_500_000_000_000 + i, None, Some(b"v")))
+            .collect();
+        let appended = 1_600_000_000_000;
+        let wrapper = legacy_wrapper(52, 1, codec, true, appended, &inner);
+        let batch = only(Bytes::from(wrapper));
+        assert_eq!(batch.compression(), codec);
+        let outs = prepare(&batch, 0, UNLIMITED, STAMP).unwrap();
+        let expected: Vec<Record> = (50..53)
+            .map(|o| forwarded(o, appended, None, "v"))
+            .collect();
+        assert_same_records(&expected, &outs);
+    }
+}
+
+/// v0 has no timestamps (the records get none, -1) and its wrappers hold absolute offsets.
+#[test]
+fn legacy_v0_records_have_no_timestamp_and_keep_their_absolute_offsets() {
+    let inner: Vec<Vec<u8>> = (5..8)
+        .map(|o| legacy(o, 0, 0, 0, Some(b"k"), Some(b"v0")))
+        .collect();
+    let mut set = legacy_wrapper(7, 0, Compression::Snappy, false, 0, &inner);
+    set.extend(legacy(8, 0, 0, 0, None, Some(b"plain")));
+    let mut batches = split(Bytes::from(set));
+    let wrapped = batches.next().unwrap().unwrap();
+    let plain = batches.next().unwrap().unwrap();
+    assert!(
+        batches.next().is_none(),
+        "a codec change starts a new batch"
+    );
+    let expected: Vec<Record> = (5..8).map(|o| forwarded(o, -1, Some("k"), "v0")).collect();
+    assert_same_records(&expected, &prepare(&wrapped, 0, UNLIMITED, STAMP).unwrap());
+    assert_same_records(
+        &[forwarded(8, -1, None, "plain")],
+        &prepare(&plain, 0, UNLIMITED, STAMP).unwrap(),
+    );
+}
+
+/// Legacy messages, then v2 batches, as a log upgraded in place holds them: both read, in
+/// order; and a message cut at the end of the fetch ends the split with its bytes left over.
+#[test]
+fn legacy_messages_then_v2_batches_are_read_in_order_and_a_cut_one_is_left_over() {
+    let mut bytes = legacy(0, 1, 0, 1_500_000_000_000, None, Some(b"old"));
+    bytes.extend_from_slice(&Source::new(Compression::None, 1, 3).batch());
+    let cut = legacy(4, 1, 0, 1_500_000_000_004, None, Some(b"cut"));
+    bytes.extend_from_slice(&cut[..cut.len() - 2]);
+    let mut batches = split(Bytes::from(bytes));
+    let first = batches.next().unwrap().unwrap();
+    let second = batches.next().unwrap().unwrap();
+    assert!(batches.next().is_none());
+    assert_eq!((first.base_offset(), first.last_offset()), (0, 0));
+    assert_eq!((second.base_offset(), second.last_offset()), (1, 3));
+    assert_eq!(batches.remainder(), cut.len() - 2);
+}
+
+#[test]
+fn a_legacy_message_failing_its_crc_is_an_error_naming_its_offset_and_magic() {
+    let mut message = legacy(900, 1, 0, 1_600_000_000_000, None, Some(b"v"));
+    let last = message.len() - 1;
+    message[last] = b'w';
     let err = split(Bytes::from(message)).next().unwrap().unwrap_err();
     assert!(
         matches!(
             err,
             BatchError::Legacy {
                 offset: 900,
-                magic: 1
+                magic: 1,
+                ..
             }
         ),
         "{err}"
     );
-    assert!(err.to_string().contains("--copy.mode records"), "{err}");
+    for needle in ["offset 900", "v1", "CRC-32", "log segment"] {
+        assert!(err.to_string().contains(needle), "{needle:?} not in {err}");
+    }
 }
 
 /// The folder of a pinned Kafka version's jars (`scripts/kafka-jars` fetches them once).
