@@ -816,13 +816,13 @@ fn read_records(
     Some(out)
 }
 
-/// Refuses to encode again a record of `range` whose headers repeat a key: the crate's decoder
-/// kept one. A record outside `range` is not sent, so its headers cannot be lost.
+/// Refuses to encode again a record (one whose offset `encoded` says is sent) whose headers
+/// repeat a key: the crate's decoder kept one. A record not sent cannot lose its headers.
 fn check_headers(
     records: &[Record],
     plain: &Bytes,
     offset: i64,
-    range: &Range<i64>,
+    encoded: impl Fn(i64) -> bool,
 ) -> Result<(), BatchError> {
     let read = read_records(plain, records.len(), 0, |_| 0).ok_or_else(|| BatchError::Decode {
         offset,
@@ -830,7 +830,7 @@ fn check_headers(
     })?;
     for (record, as_read) in records.iter().zip(read) {
         let in_bytes = as_read.headers.len();
-        if range.contains(&record.offset) && record.headers.len() != in_bytes {
+        if encoded(record.offset) && record.headers.len() != in_bytes {
             return Err(BatchError::RepeatedHeaderKey {
                 offset: record.offset,
                 in_bytes,
@@ -936,7 +936,9 @@ fn reencode(
     stamp: Stamp,
 ) -> Result<Vec<OutBatch>, BatchError> {
     let (mut records, plain) = decode(batch)?;
-    check_headers(&records, &plain, batch.base_offset(), &range)?;
+    check_headers(&records, &plain, batch.base_offset(), |o| {
+        range.contains(&o)
+    })?;
     records.retain(|r| range.contains(&r.offset));
     let sources: Vec<i64> = records.iter().map(|r| r.offset).collect();
     encode_again(batch, records, &sources, plain.len(), max_bytes, stamp)
@@ -955,7 +957,9 @@ pub(crate) fn without(
     // `out` is a whole batch of its own (base offset 0, its records' offsets their indexes).
     let batch = SourceBatch::new(out.to_bytes())?;
     let (records, plain) = decode(&batch)?;
-    check_headers(&records, &plain, out.first_source_offset, &(0..i64::MAX))?;
+    // The refused records are not encoded again: only the kept ones must carry their headers.
+    let kept_index = |o: i64| usize::try_from(o).is_ok_and(|i| !refused.contains(&i));
+    check_headers(&records, &plain, out.first_source_offset, kept_index)?;
     let mut kept = Vec::with_capacity(records.len());
     let mut sources = Vec::with_capacity(records.len());
     for (i, record) in records.into_iter().enumerate() {

@@ -27,7 +27,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::batch::{next_sequence, Stamp};
 use super::cluster::{leader_moved, Cluster, ClusterError};
-use super::wire::error_name;
+use super::wire::{error_name, WireError};
 use crate::settings::client::ClientProps;
 
 #[derive(Debug, thiserror::Error)]
@@ -97,17 +97,33 @@ pub(crate) struct BatchProducer {
 /// A producer id and epoch from InitProducerId (no transactional id) on any target broker,
 /// retriable answers asked again until `deadline`.
 fn init_producer_id(cluster: &mut Cluster, deadline: Instant) -> Result<(i64, i16), ProducerError> {
-    let broker = cluster.any_broker()?;
     let request = InitProducerIdRequest::default()
         .with_transactional_id(None)
         .with_transaction_timeout_ms(i32::MAX)
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
     let response = loop {
-        let response = cluster
-            .connection(broker)?
-            .call(&request)
-            .map_err(|e| ProducerError::Init(e.to_string()))?;
+        // A broker that cannot be reached is tried again as well: a renewal follows a fault
+        // of the link as often as not.
+        let answer = cluster.any_broker().and_then(|broker| {
+            cluster
+                .connection(broker)?
+                .call(&request)
+                .map_err(ClusterError::from)
+        });
+        let response = match answer {
+            Ok(response) => response,
+            Err(
+                e @ (ClusterError::Unreachable { .. }
+                | ClusterError::UnknownBroker { .. }
+                | ClusterError::Wire(WireError::Io { .. })),
+            ) if Instant::now() < deadline => {
+                tracing::debug!("target InitProducerId: {e}; trying again");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            Err(e) => return Err(ProducerError::Init(e.to_string())),
+        };
         match response.error_code {
             0 => break response,
             code if retriable(code) && Instant::now() < deadline => {

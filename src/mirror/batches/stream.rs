@@ -245,6 +245,10 @@ struct Part {
     /// Since when every fetch of it has failed, and whether that was said at warn
     /// ([`FETCH_FAILING_WARN`]).
     failing: Option<(Instant, bool)>,
+    /// The first source offset of its batch that met a sequence gap, for which the producer
+    /// took a new id, until the partition has a batch acknowledged: that batch meeting one
+    /// again stops the stream.
+    gap_at: Option<i64>,
 }
 
 /// How long every fetch of a partition may fail before it is said at warn: single failures
@@ -460,6 +464,7 @@ impl BatchContext {
                     max_batch,
                     high_watermark: None,
                     failing: None,
+                    gap_at: None,
                 },
             );
         }
@@ -567,11 +572,13 @@ impl BatchContext {
             if unanswered == 1 { "it" } else { "them" }
         );
         let deadline = Instant::now() + wait;
+        // Resends the target refused: not sent again, their batch's sequences kept (below).
+        let mut refused_again: Vec<usize> = Vec::new();
         loop {
             let pending: Vec<usize> = released
                 .iter()
                 .enumerate()
-                .filter(|(_, (_, part))| part.unanswered())
+                .filter(|(n, (_, part))| part.unanswered() && !refused_again.contains(n))
                 .map(|(n, _)| n)
                 .collect();
             if pending.is_empty() {
@@ -638,13 +645,17 @@ impl BatchContext {
                     }
                     // Not written by this send: the one before it may be, so it stays pending.
                     Outcome::Retry { .. } | Outcome::Deferred => {}
-                    // Refused, or a gap: the earlier send was not written either; the next
-                    // owner meets it.
-                    Outcome::Refused { .. } | Outcome::Gap => {
+                    // A gap: the target has neither this send nor the earlier one (it would
+                    // have answered that one a duplicate); the next owner meets the batch.
+                    Outcome::Gap => {
                         if let Some((q, _)) = part.in_flight.as_mut() {
                             q.maybe_written = false;
                         }
                     }
+                    // Refused: Kafka validates a batch before it looks for a duplicate, so the
+                    // earlier send may still have been written (its timestamps since too
+                    // old, say): its sequences stay the target's; the next owner meets it.
+                    Outcome::Refused { .. } => refused_again.push(n),
                 }
             }
             self.shared.turned(Instant::now());
@@ -678,10 +689,6 @@ pub(crate) struct BatchStream<'s> {
     /// Partitions whose target topic has no such partition, since their first batch was
     /// refused for it.
     absent_since: RefCell<HashMap<Partition, Instant>>,
-    /// The batch (partition, first source offset) that last met a sequence gap, for which the
-    /// producer took a new id, until its partition has a batch acknowledged: the same batch
-    /// meeting one again stops the stream.
-    last_gap: RefCell<Option<(Partition, i64)>>,
     /// librdkafka producers for [`Step::Plain`], made when first needed.
     plain: RefCell<Option<PlainProducers>>,
 }
@@ -779,7 +786,6 @@ impl<'s> BatchStream<'s> {
             targets_made: RefCell::default(),
             propagation_limit: crate::mirror::metadata::propagation_limit(&settings.producer),
             absent_since: RefCell::default(),
-            last_gap: RefCell::default(),
             plain: RefCell::default(),
         })
     }
@@ -1310,10 +1316,7 @@ impl<'s> BatchStream<'s> {
                         self.absent_since.borrow_mut().remove(key);
                     }
                     // Past the batch that met a gap: a later gap is a new one.
-                    let past_gap = matches!(&*self.last_gap.borrow(), Some((k, _)) if k == key);
-                    if past_gap {
-                        *self.last_gap.borrow_mut() = None;
-                    }
+                    part.gap_at = None;
                     let (q, ticket) = part.in_flight.take().expect("sent");
                     self.acked(key, &part.target_topic, &q.out, ticket, base_offset);
                     self.settle(key, part);
@@ -1567,12 +1570,11 @@ impl<'s> BatchStream<'s> {
     /// (`false`): the target is losing what it acknowledges.
     fn renew_producer(&self, engine: &mut Engine, gaps: &[Partition]) -> bool {
         for key in gaps {
-            let part = &engine.parts[key];
+            let part = engine.parts.get_mut(key).expect("kept during the round");
             let Some((q, _)) = part.in_flight.as_ref() else {
                 continue;
             };
-            let batch = (key.clone(), q.out.first_source_offset);
-            let again = self.last_gap.borrow().as_ref() == Some(&batch);
+            let again = part.gap_at == Some(q.out.first_source_offset);
             let what = format!(
                 "target {}/{} lacks a batch this stream's producer sent it before the one of \
                  source {}/{} offsets {} to {} ({}): a batch left unanswered at a release that it \
@@ -1599,7 +1601,7 @@ impl<'s> BatchStream<'s> {
                 stream = self.stream,
                 "{what}; sending it and every batch after it again under a new producer id"
             );
-            *self.last_gap.borrow_mut() = Some(batch);
+            part.gap_at = Some(q.out.first_source_offset);
         }
         if let Err(e) = engine.producer.renew() {
             self.shared
@@ -1625,9 +1627,12 @@ impl<'s> BatchStream<'s> {
     /// names them): those are dropped, logged and counted; the batch's other records are
     /// encoded again and sent in its place, the first of them under its ticket (so the commit
     /// point stays at the batch's first record until they are acknowledged), before anything
-    /// after it; the batches queued after it are stamped again to follow them. `false` when
-    /// this cannot be done (the answer named no record, or each one, or a send of it may have
-    /// been written, or it cannot be encoded again): the batch is then skipped whole.
+    /// after it; the batches queued after it are stamped again to follow them. An earlier send
+    /// of the batch that may have been written changes nothing: the first replacement, fewer
+    /// records from the same first sequence, cannot pass for it (no DUPLICATE_SEQUENCE_NUMBER),
+    /// and had it landed the target answers a sequence gap and the producer renews (duplicates,
+    /// nothing lost). `false` when this cannot be done (the answer named no record, or each
+    /// one, or a record kept cannot be encoded again): the batch is then skipped whole.
     fn skip_refused_records(
         &self,
         producer: &mut BatchProducer,
@@ -1641,11 +1646,7 @@ impl<'s> BatchStream<'s> {
         let mut refused: Vec<usize> = records.iter().map(|r| r.index).collect();
         refused.sort_unstable();
         refused.dedup();
-        if q.maybe_written
-            || refused.is_empty()
-            || refused.len() >= count
-            || refused.iter().any(|&i| i >= count)
-        {
+        if refused.is_empty() || refused.len() >= count || refused.iter().any(|&i| i >= count) {
             return false;
         }
         let stamp = Stamp {
@@ -1669,8 +1670,12 @@ impl<'s> BatchStream<'s> {
             }
         };
         let kept: i32 = outs.iter().map(|o| o.records).sum();
-        for record in records {
-            let offset = q.out.source_offset(record.index);
+        for &index in &refused {
+            let said = records
+                .iter()
+                .find(|r| r.index == index)
+                .map_or("", |r| r.message.as_str());
+            let offset = q.out.source_offset(index);
             let mut what = format!(
                 "target {}/{} refused source {}/{} offset {offset} (of the batch of offsets {} \
                  to {}): {code}{}{}",
@@ -1680,8 +1685,8 @@ impl<'s> BatchStream<'s> {
                 key.1,
                 q.out.first_source_offset,
                 q.out.last_source_offset,
-                if record.message.is_empty() { "" } else { ": " },
-                record.message
+                if said.is_empty() { "" } else { ": " },
+                said
             );
             if matches!(code, "InvalidTimestamp" | "InvalidRecord") {
                 let advice = crate::mirror::timestamps::refusal_advice(&part.target_topic, None);

@@ -168,8 +168,14 @@ fn read_message(message: &Bytes, out: &mut Vec<LegacyRecord>) -> Result<(), Batc
     })?;
     let value = value.ok_or_else(|| fail("it is compressed but has no value".into()))?;
     let mut inner = decompress(value, compression).map_err(|e| {
+        let why = if magic == 0 && compression == Compression::Lz4 {
+            " (a v0 lz4 frame, which Kafka writes with Kafka 0.8's wrong header checksum: the \
+             batch engine does not read it)"
+        } else {
+            ""
+        };
         fail(format!(
-            "the records it wraps could not be decompressed ({compression:?}): {e:#}"
+            "the records it wraps could not be decompressed ({compression:?}){why}: {e:#}"
         ))
     })?;
     let mut wrapped = Vec::new();

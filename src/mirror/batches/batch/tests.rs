@@ -788,6 +788,20 @@ fn a_compressed_v1_wrapper_gives_its_records_absolute_offsets_and_its_append_tim
     }
 }
 
+/// Under CreateTime each record a v1 wrapper holds keeps its own timestamp.
+#[test]
+fn a_compressed_v1_wrapper_under_create_time_keeps_each_records_timestamp() {
+    let inner: Vec<Vec<u8>> = (0..3)
+        .map(|i| legacy(i, 1, 0, 1_500_000_000_000 + i, None, Some(b"v")))
+        .collect();
+    let wrapper = legacy_wrapper(9, 1, Compression::Gzip, false, 1_500_000_000_002, &inner);
+    let outs = prepare(&only(Bytes::from(wrapper)), 0, UNLIMITED, STAMP).unwrap();
+    let expected: Vec<Record> = (7..10)
+        .map(|o| forwarded(o, 1_500_000_000_000 + o - 7, None, "v"))
+        .collect();
+    assert_same_records(&expected, &outs);
+}
+
 /// v0 has no timestamps (the records get none, -1) and its wrappers hold absolute offsets.
 #[test]
 fn legacy_v0_records_have_no_timestamp_and_keep_their_absolute_offsets() {
