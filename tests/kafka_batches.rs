@@ -53,6 +53,19 @@ fn write_values(p: &BaseProducer, topic: &str, range: std::ops::Range<u64>, valu
         .expect("flushing the source producer");
 }
 
+/// A batch mirror of `lane` (the target topic's configs left as they are) run until it has
+/// committed the source's end, then stopped: exit 0.
+fn copied_with_batches(lane: &Endpoints) {
+    let mut mirror = lane
+        .mirror()
+        .flag("--copy.mode", "batches")
+        .flag("--sync.topic.configs", "false")
+        .commit_ms(300)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+}
+
 fn same_records(lane: &Endpoints) {
     for p in 0..PARTITIONS {
         let s: Vec<Record> = lane.source_records(p);
@@ -198,14 +211,7 @@ fn legacy_message_sets_are_copied_as_v2_batches_on_kafka_2() {
             !magics.is_empty() && magics.iter().all(|&m| m == magic),
             "the premise: {topic} holds message sets of format v{magic}, not {magics:?}"
         );
-        let mut mirror = lane
-            .mirror()
-            .flag("--copy.mode", "batches")
-            .flag("--sync.topic.configs", "false")
-            .commit_ms(300)
-            .start();
-        lane.wait_caught_up(&mut mirror);
-        assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+        copied_with_batches(&lane);
         for p in 0..PARTITIONS {
             let expected: Vec<Record> = (0..written)
                 .map(|i| sample(i, PARTITIONS, 200))
@@ -272,14 +278,7 @@ fn source_batches_larger_than_the_target_topic_takes_are_split() {
         source_largest > LIMIT,
         "the source's largest batch ({source_largest} bytes) fits the target topic: nothing to split"
     );
-    let mut mirror = lane
-        .mirror()
-        .flag("--copy.mode", "batches")
-        .flag("--sync.topic.configs", "false")
-        .commit_ms(300)
-        .start();
-    lane.wait_caught_up(&mut mirror);
-    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    copied_with_batches(&lane);
     same_records(&lane);
     let target_largest = largest(&pair.target);
     eprintln!(
@@ -891,12 +890,10 @@ fn a_record_refused_on_the_plain_path_stops_the_batch_engine_in_abort_mode() {
     );
 }
 
-/// The same refused record with `--abort.on.send.failure false`: skipped, logged and counted
-/// (`mirror_records_dropped_total`), every other record copied in order, exit 0.
-#[test]
-fn a_record_the_target_refuses_is_skipped_and_counted_by_the_batch_engine_in_skip_mode() {
-    let started = Instant::now();
-    let lane = a_lane_with_a_record_the_target_refuses("refused-skipped");
+/// A skip-mode (`--abort.on.send.failure false`) batch mirror of `lane` run until it has
+/// committed the source's end and stopped (exit 0 asserted): its log and its
+/// `mirror_records_dropped_total` (with the whole scrape, for messages).
+fn copied_in_skip_mode(lane: &Endpoints) -> (String, Option<f64>, String) {
     let addr = free_local_addr();
     let mut mirror = lane
         .mirror()
@@ -909,19 +906,13 @@ fn a_record_the_target_refuses_is_skipped_and_counted_by_the_batch_engine_in_ski
     lane.wait_caught_up(&mut mirror);
     let (_, body) = http_get(&addr, "/metrics");
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
-    let log = mirror.log();
     let dropped = metric(&body, "mirror_records_dropped_total", "");
-    eprintln!(
-        "TRIAL batches refused-record-skipped kafka 4.4.0: dropped {dropped:?}, {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
-    assert!(
-        log.lines().any(|l| l.contains("WARN")
-            && l.contains("refused-skipped/0 offset 2000")
-            && l.contains("skipped")),
-        "log:\n{log}"
-    );
-    assert_eq!(dropped, Some(1.0), "{body}");
+    (mirror.log(), dropped, body)
+}
+
+/// Every partition of `lane` holds on the target the source's records but partition 0's at
+/// [`REFUSED_AT`], in order.
+fn all_but_the_refused_record_copied(lane: &Endpoints) {
     for p in 0..PARTITIONS {
         let mut s = lane.source_records(p);
         if p == 0 {
@@ -935,6 +926,27 @@ fn a_record_the_target_refuses_is_skipped_and_counted_by_the_batch_engine_in_ski
             s.len()
         );
     }
+}
+
+/// The same refused record with `--abort.on.send.failure false`: skipped, logged and counted
+/// (`mirror_records_dropped_total`), every other record copied in order, exit 0.
+#[test]
+fn a_record_the_target_refuses_is_skipped_and_counted_by_the_batch_engine_in_skip_mode() {
+    let started = Instant::now();
+    let lane = a_lane_with_a_record_the_target_refuses("refused-skipped");
+    let (log, dropped, body) = copied_in_skip_mode(&lane);
+    eprintln!(
+        "TRIAL batches refused-record-skipped kafka 4.4.0: dropped {dropped:?}, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains("refused-skipped/0 offset 2000")
+            && l.contains("skipped")),
+        "log:\n{log}"
+    );
+    assert_eq!(dropped, Some(1.0), "{body}");
+    all_but_the_refused_record_copied(&lane);
 }
 
 /// A batch the target refuses once it has it (its record's timestamp is older than the target
@@ -1005,20 +1017,7 @@ fn skip_a_record_older_than_the_target_takes(topic: &'static str, alone: bool) {
     }
     p.flush(Duration::from_secs(30))
         .expect("flushing the source");
-    let addr = free_local_addr();
-    let mut mirror = lane
-        .mirror()
-        .flag("--copy.mode", "batches")
-        .flag("--sync.topic.configs", "false")
-        .flag("--abort.on.send.failure", "false")
-        .metrics_addr(&addr)
-        .commit_ms(200)
-        .start();
-    lane.wait_caught_up(&mut mirror);
-    let (_, body) = http_get(&addr, "/metrics");
-    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
-    let log = mirror.log();
-    let dropped = metric(&body, "mirror_records_dropped_total", "");
+    let (log, dropped, body) = copied_in_skip_mode(&lane);
     let target = lane.target_records(topic, 0);
     eprintln!(
         "TRIAL batches refused-by-the-broker-skipped{} kafka 4.4.0: dropped {dropped:?}, target \
@@ -1042,19 +1041,7 @@ fn skip_a_record_older_than_the_target_takes(topic: &'static str, alone: bool) {
         "the target saw a sequence gap after the refused batch; log:\n{log}"
     );
     assert_eq!(dropped, Some(1.0), "{body}");
-    for p in 0..PARTITIONS {
-        let mut s = lane.source_records(p);
-        if p == 0 {
-            s.remove(REFUSED_AT as usize);
-        }
-        let t = lane.target_records(topic, p);
-        assert!(
-            s == t,
-            "partition {p}: the target holds {} records, not the source's {} but the refused one",
-            t.len(),
-            s.len()
-        );
-    }
+    all_but_the_refused_record_copied(&lane);
 }
 
 /// A consumer group's source offsets, synced to the target by a batch-engine mirror

@@ -1003,12 +1003,19 @@ impl Bursts {
 /// The start of the two trials below: a batch mirror copying from a writer of 100-record
 /// source batches, then its target's answers 3 s late (its wait 2 s: the batches land
 /// unanswered), then a second instance joining, which reaches the target directly.
+fn joined_with_answers_late(pair: &FaultyPair) -> (Bursts, Mirror, Mirror) {
+    joined_after(pair, |link| link.delay_answers(Duration::from_secs(3)))
+}
+
+/// A batch mirror copying from a writer of 100-record source batches, then `fault` on its
+/// link to the target for 4 s (rounds sent meanwhile go unanswered), then a second instance
+/// joining, which reaches the target directly.
 ///
 /// Both join with an eager assignor (range), so that the first instance releases every
 /// partition when the second joins: under the default cooperative-sticky it releases only
 /// the two it hands over, and whether the partition whose batch went unanswered is among them
-/// is chance (a round cut to one batch by the late answers may leave it the only one).
-fn joined_with_answers_late(pair: &FaultyPair) -> (Bursts, Mirror, Mirror) {
+/// is chance (a round cut to one batch by the fault may leave it the only one).
+fn joined_after(pair: &FaultyPair, fault: impl FnOnce(&FaultProxy)) -> (Bursts, Mirror, Mirror) {
     const EAGER: &[(&str, &str)] = &[("partition.assignment.strategy", "range")];
     let bursts = Bursts::start(pair.src(), 0);
     let mut first = logged(
@@ -1018,8 +1025,8 @@ fn joined_with_answers_late(pair: &FaultyPair) -> (Bursts, Mirror, Mirror) {
     .commit_ms(300)
     .start();
     wait_commits_past(pair, &mut first, 2000, Duration::from_secs(60));
-    pair.target_link.delay_answers(Duration::from_secs(3));
-    // Not a condition: rounds sent meanwhile land and go unanswered in time.
+    fault(&pair.target_link);
+    // Not a condition: rounds sent meanwhile go unanswered in time.
     std::thread::sleep(Duration::from_secs(4));
     let second = Endpoints::mirror(pair)
         .copy_mode(CopyMode::Batches)
@@ -1027,6 +1034,26 @@ fn joined_with_answers_late(pair: &FaultyPair) -> (Bursts, Mirror, Mirror) {
         .commit_ms(300)
         .start();
     (bursts, first, second)
+}
+
+/// The end of the trials below: the second instance copies 2,000 records and stops, the first
+/// owns every partition again and copies 2,000 more, the writer stops, the first catches up
+/// and stops (both exit 0). The records written and the first instance's log.
+fn second_copies_and_leaves(
+    pair: &FaultyPair,
+    bursts: Bursts,
+    first: &mut Mirror,
+    mut second: Mirror,
+) -> (u64, String) {
+    let before = committed_total(&pair.src(), TOPIC, PARTITIONS);
+    wait_commits_past(pair, &mut second, before + 2000, Duration::from_secs(60));
+    assert_eq!(second.stop().code(), Some(0), "log:\n{}", second.log());
+    let back = committed_total(&pair.src(), TOPIC, PARTITIONS);
+    wait_commits_past(pair, first, back + 2000, Duration::from_secs(60));
+    let written = bursts.stop();
+    wait_committed(first, &pair.src(), TOPIC, PARTITIONS, written as i64);
+    assert_eq!(first.stop().code(), Some(0), "log:\n{}", first.log());
+    (written, first.log())
 }
 
 /// A batch whose Produce went unanswered in time (the target's answers 3 s late, the wait
@@ -1044,16 +1071,7 @@ fn a_partition_back_after_a_release_with_an_answer_outstanding_loses_nothing_wit
     let (bursts, mut first, mut second) = joined_with_answers_late(&pair);
     wait_assigned(&mut second);
     pair.target_link.heal();
-    let before = committed_total(&pair.src(), TOPIC, PARTITIONS);
-    wait_commits_past(&pair, &mut second, before + 2000, Duration::from_secs(60));
-    assert_eq!(second.stop().code(), Some(0), "log:\n{}", second.log());
-    // The first instance owns every partition again and copies on.
-    let back = committed_total(&pair.src(), TOPIC, PARTITIONS);
-    wait_commits_past(&pair, &mut first, back + 2000, Duration::from_secs(60));
-    let written = bursts.stop();
-    wait_committed(&mut first, &pair.src(), TOPIC, PARTITIONS, written as i64);
-    assert_eq!(first.stop().code(), Some(0), "log:\n{}", first.log());
-    let log = first.log();
+    let (written, log) = second_copies_and_leaves(&pair, bursts, &mut first, second);
     let c = compare_each(&pair);
     eprintln!(
         "TRIAL batches answer-outstanding-at-release kafka 4.4.0: answers 3 s late for the \
@@ -1079,25 +1097,9 @@ fn a_partition_back_after_a_release_with_an_answer_outstanding_loses_nothing_wit
 fn a_partition_back_after_a_release_whose_unanswered_batch_never_landed_loses_nothing_with_batches()
 {
     let _serial = one_at_a_time();
-    const EAGER: &[(&str, &str)] = &[("partition.assignment.strategy", "range")];
     let started = Instant::now();
     let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
-    let bursts = Bursts::start(pair.src(), 0);
-    let mut first = logged(
-        pair.mirror().copy_mode(CopyMode::Batches).consumer(EAGER),
-        CopyMode::Batches,
-    )
-    .commit_ms(300)
-    .start();
-    wait_commits_past(&pair, &mut first, 2000, Duration::from_secs(60));
-    pair.target_link.blackhole();
-    // Not a condition: rounds sent meanwhile are held and go unanswered.
-    std::thread::sleep(Duration::from_secs(4));
-    let mut second = Endpoints::mirror(&pair)
-        .copy_mode(CopyMode::Batches)
-        .consumer(EAGER)
-        .commit_ms(300)
-        .start();
+    let (bursts, mut first, mut second) = joined_after(&pair, FaultProxy::blackhole);
     first.wait_for_log(
         "it may still be written",
         "the first instance's release leaving a batch unanswered",
@@ -1106,16 +1108,7 @@ fn a_partition_back_after_a_release_whose_unanswered_batch_never_landed_loses_no
     pair.target_link.reset_all();
     pair.target_link.heal();
     wait_assigned(&mut second);
-    let before = committed_total(&pair.src(), TOPIC, PARTITIONS);
-    wait_commits_past(&pair, &mut second, before + 2000, Duration::from_secs(60));
-    assert_eq!(second.stop().code(), Some(0), "log:\n{}", second.log());
-    // The first instance owns every partition again and copies on.
-    let back = committed_total(&pair.src(), TOPIC, PARTITIONS);
-    wait_commits_past(&pair, &mut first, back + 2000, Duration::from_secs(60));
-    let written = bursts.stop();
-    wait_committed(&mut first, &pair.src(), TOPIC, PARTITIONS, written as i64);
-    assert_eq!(first.stop().code(), Some(0), "log:\n{}", first.log());
-    let log = first.log();
+    let (written, log) = second_copies_and_leaves(&pair, bursts, &mut first, second);
     let gaps = log.matches("OutOfOrderSequenceNumber").count();
     let c = compare_each(&pair);
     eprintln!(

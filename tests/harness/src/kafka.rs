@@ -832,10 +832,8 @@ impl KafkaCluster {
             .unwrap_or_default()
     }
 
-    /// The magic byte (the record format: 0 and 1 before Kafka 0.11, 2 since) of each message
-    /// or batch at the top of `topic`/`partition`'s segment files on node 1, read straight
-    /// from disk. Each starts with its offset and a length (the same in every format).
-    pub fn stored_magics(&self, topic: &str, partition: i32) -> Vec<i8> {
+    /// `topic`/`partition`'s segment files on node 1, oldest first.
+    fn segment_files(&self, topic: &str, partition: i32) -> Vec<PathBuf> {
         let dir = self.nodes[0]
             .dir
             .join("data")
@@ -846,6 +844,14 @@ impl KafkaCluster {
             .filter(|p| p.extension().is_some_and(|x| x == "log"))
             .collect();
         segments.sort();
+        segments
+    }
+
+    /// The magic byte (the record format: 0 and 1 before Kafka 0.11, 2 since) of each message
+    /// or batch at the top of `topic`/`partition`'s segment files on node 1, read straight
+    /// from disk. Each starts with its offset and a length (the same in every format).
+    pub fn stored_magics(&self, topic: &str, partition: i32) -> Vec<i8> {
+        let segments = self.segment_files(topic, partition);
         let mut out = Vec::new();
         for segment in segments {
             let bytes = std::fs::read(&segment).expect("a segment file");
@@ -866,16 +872,7 @@ impl KafkaCluster {
     /// The record batches of `topic`/`partition` as stored in node 1's segment files, read
     /// straight from disk (independent of any client).
     pub fn stored_batches(&self, topic: &str, partition: i32) -> Vec<StoredBatch> {
-        let dir = self.nodes[0]
-            .dir
-            .join("data")
-            .join(format!("{topic}-{partition}"));
-        let mut segments: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "log"))
-            .collect();
-        segments.sort();
+        let segments = self.segment_files(topic, partition);
         let mut out = Vec::new();
         for segment in segments {
             let bytes = std::fs::read(&segment).expect("a segment file");

@@ -10,6 +10,9 @@
 //!
 //! Errors name the source offset of the batch (or record) at fault; the engine adds the topic
 //! and partition.
+//!
+//! - [`legacy`]: message sets of the formats before Kafka 0.11 (magic 0 and 1), which the
+//!   crate cannot read, read here and made v2 batches that take the same path.
 
 // The engine around this codec (issue 22) is built beside it; until it calls the codec, only
 // the tests do. Remove once the engine is merged.
