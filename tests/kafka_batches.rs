@@ -855,11 +855,10 @@ fn a_record_the_target_refuses_stops_the_batch_engine_at_it_in_abort_mode() {
 
 /// The same refused record in a batch whose records repeat a header key: that batch is too
 /// large for the target topic and must be split (encoded again), which the crate's encoder
-/// cannot do with a repeated key, so its records go through librdkafka's producer; the target
-/// refuses the large one there. Abort mode still holds: exit 1, the commit at or before the
-/// refused record (at the start of that batch: librdkafka's send is one step for the engine),
-/// and nothing after the refused record on the target (its producer keeps no gap:
-/// `enable.gapless.guarantee`).
+/// cannot do with a repeated key, so its records go through librdkafka's producer. The engine
+/// meets the record that alone is too large itself, in its turn, as on its own path, so abort
+/// mode holds exactly: exit 1, the commit at the refused record, every record before it and
+/// none after it on the target.
 #[test]
 fn a_record_refused_on_the_plain_path_stops_the_batch_engine_in_abort_mode() {
     let started = Instant::now();
@@ -873,19 +872,17 @@ fn a_record_refused_on_the_plain_path_stops_the_batch_engine_in_abort_mode() {
     } = run_until_refused(&lane, "refused-record plain", started);
     assert_eq!(status.code(), Some(1), "log:\n{log}");
     assert!(
-        log.contains("such records go through librdkafka's producer")
-            && log.contains("sent through librdkafka's producer"),
-        "the refusal did not come from the plain path; log:\n{log}"
+        log.contains("such records go through librdkafka's producer"),
+        "the records did not take the plain path; log:\n{log}"
     );
-    // -1: nothing committed, the refused record's batch starting at offset 0.
-    assert!(
-        committed[0] <= REFUSED_AT as i64,
-        "the commit is past the refused record; log:\n{log}"
+    assert!(log.contains("refused-plain/0 offset 2000"), "log:\n{log}");
+    assert_eq!(
+        committed[0], REFUSED_AT as i64,
+        "the commit stops at the refused record; log:\n{log}"
     );
     assert!(
-        target.len() <= REFUSED_AT as usize && target == source[..target.len()],
-        "partition 0: the target holds {} records, more than the {REFUSED_AT} before the \
-         refused one or not the source's first ones",
+        target == source[..REFUSED_AT as usize],
+        "partition 0: the target holds {} records, not the {REFUSED_AT} before the refused one",
         target.len()
     );
 }
@@ -932,21 +929,134 @@ fn all_but_the_refused_record_copied(lane: &Endpoints) {
 /// (`mirror_records_dropped_total`), every other record copied in order, exit 0.
 #[test]
 fn a_record_the_target_refuses_is_skipped_and_counted_by_the_batch_engine_in_skip_mode() {
+    skip_the_record_too_large("refused-skipped", false);
+}
+
+/// The same refused record on the plain path (every record repeats a header key, so its
+/// batch, which must be split, goes through librdkafka's producer) in skip mode: that record
+/// alone is dropped and counted, every other record copied in order, exit 0. The engine meets
+/// the record as too large itself, as on its own path: sent, librdkafka put it in one request
+/// with records beside it, the target refused them all, and skip mode dropped the whole step.
+#[test]
+fn a_record_refused_on_the_plain_path_is_skipped_alone_in_skip_mode() {
+    skip_the_record_too_large("refused-plain-skipped", true);
+}
+
+/// A skip-mode mirror of [`lane_with_a_refused_record`]: a warning names the refused record,
+/// it alone is counted as dropped, every other record is copied in order; with
+/// `repeated_headers`, the records took the plain path.
+fn skip_the_record_too_large(topic: &'static str, repeated_headers: bool) {
     let started = Instant::now();
-    let lane = a_lane_with_a_record_the_target_refuses("refused-skipped");
+    let lane = lane_with_a_refused_record(topic, repeated_headers);
     let (log, dropped, body) = copied_in_skip_mode(&lane);
     eprintln!(
-        "TRIAL batches refused-record-skipped kafka 4.4.0: dropped {dropped:?}, {:.0} s",
+        "TRIAL batches refused-record-skipped{} kafka 4.4.0: dropped {dropped:?}, {:.0} s",
+        if repeated_headers { " plain" } else { "" },
         started.elapsed().as_secs_f64()
     );
     assert!(
-        log.lines().any(|l| l.contains("WARN")
-            && l.contains("refused-skipped/0 offset 2000")
-            && l.contains("skipped")),
-        "log:\n{log}"
+        !repeated_headers || log.contains("such records go through librdkafka's producer"),
+        "the records did not take the plain path; log:\n{log}"
+    );
+    let named = format!("{topic}/0 offset {REFUSED_AT}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains(&named) && l.contains("skipped")),
+        "no warning naming {named:?}; log:\n{log}"
     );
     assert_eq!(dropped, Some(1.0), "{body}");
     all_but_the_refused_record_copied(&lane);
+}
+
+/// A record the target refuses once it has it (two days old, into a target topic that takes
+/// records up to an hour old) on the plain path: every record repeats a header key and the
+/// source batches are larger than the target topic takes (`max.message.bytes` 20,000), so they
+/// are split and go through librdkafka's producer. The target refuses the request that holds
+/// the old record, so librdkafka reports its other records refused too; skip mode must count
+/// exactly the records that are not on the target (it counted the whole source batch), and
+/// copy every other one in order.
+#[test]
+fn skip_mode_counts_exactly_the_records_the_target_refused_on_the_plain_path() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let started = Instant::now();
+    let topic = "refused-old-plain";
+    let pair = SharedPair::get(KAFKA_4);
+    let lane = pair.lane(topic, PARTITIONS);
+    pair.target.create_topic(
+        topic,
+        PARTITIONS,
+        1,
+        &[
+            ("message.timestamp.before.max.ms", "3600000"),
+            ("max.message.bytes", "20000"),
+        ],
+    );
+    // Source batches of about 100 KB or more.
+    let p = producer(&lane.src(), &[("linger.ms", "100")]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64;
+    for i in 0..REFUSED_AT * 2 + 1 {
+        for partition in 0..PARTITIONS {
+            let s = sample(i, 1, 100);
+            let old = i == REFUSED_AT && partition == 0;
+            let hop = |value: &'static str| Header {
+                key: "hop",
+                value: Some(value),
+            };
+            let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
+                .partition(partition)
+                .timestamp(if old { now - 2 * 24 * 3600 * 1000 } else { now })
+                .headers(OwnedHeaders::new().insert(hop("a")).insert(hop("b")));
+            record.key = s.key.as_deref();
+            record.payload = s.value.as_deref();
+            send_waiting(&p, record, None).expect("producing to the source");
+        }
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(30))
+        .expect("flushing the source");
+    let (log, dropped, body) = copied_in_skip_mode(&lane);
+    let source = lane.source_records(0);
+    let target = lane.target_records(topic, 0);
+    // The target's records, in order, are the source's but some: which ones.
+    let mut on_target = target.iter().peekable();
+    let mut missing = Vec::new();
+    for (offset, record) in source.iter().enumerate() {
+        if on_target.peek() == Some(&record) {
+            on_target.next();
+        } else {
+            missing.push(offset);
+        }
+    }
+    eprintln!(
+        "TRIAL batches refused-by-the-broker-skipped plain kafka 4.4.0: dropped {dropped:?}, \
+         {} records not on the target ({:?}...), {:.0} s",
+        missing.len(),
+        &missing[..missing.len().min(5)],
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        log.contains("such records go through librdkafka's producer")
+            && log.lines().any(|l| l.contains("WARN")
+                && l.contains("sent through librdkafka's producer")
+                && l.contains("skipped")),
+        "the refusal did not come from the plain path; log:\n{log}"
+    );
+    assert!(
+        on_target.next().is_none(),
+        "partition 0: the target holds records out of the source's order"
+    );
+    assert!(
+        missing.contains(&(REFUSED_AT as usize)),
+        "the old record is on the target"
+    );
+    assert_eq!(dropped, Some(missing.len() as f64), "{body}");
+    assert!(
+        lane.target_records(topic, 1) == lane.source_records(1),
+        "partition 1 is not copied whole"
+    );
 }
 
 /// A batch the target refuses once it has it (its record's timestamp is older than the target

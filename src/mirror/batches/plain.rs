@@ -59,12 +59,13 @@ pub(crate) struct PlainFailure {
     pub(crate) message: String,
 }
 
-/// The librdkafka producers for plain records, one per codec, made when first needed.
+/// The librdkafka producers for plain records, one per codec and batch limit, made when first
+/// needed.
 pub(crate) struct PlainProducers {
     config: ClientConfig,
     /// How long one send may take: librdkafka's `message.timeout.ms` for these producers.
     wait: Duration,
-    by_codec: HashMap<i16, BaseProducer<Reports>>,
+    by_codec: HashMap<(i16, usize), BaseProducer<Reports>>,
 }
 
 fn codec_name(compression: Compression) -> &'static str {
@@ -96,33 +97,60 @@ impl PlainProducers {
         }
     }
 
-    /// Sends `records` to `topic`/`partition` with `compression`, in order, and waits for every
-    /// report: the target offset of each, or the first failure (the records may then be on the
-    /// target in part, or whole: a report may be lost). A producer that failed is not used
-    /// again: the next send makes a new one.
+    /// Sends `records` to `topic`/`partition` with `compression`, in batches of at most
+    /// `max_batch` bytes (the target topic's limit: librdkafka's `batch.size`, which it would
+    /// otherwise fill up to 1 MB whatever the topic takes), in order, and waits for every
+    /// report: the target offset of each, or why the target refused it. With `every_report`
+    /// false the first refusal ends the send (`Err`; the records may then be on the target in
+    /// part, or whole: a report may be lost); with it true, each record's refusal is in its
+    /// place of the answer (skip mode: the others may have landed, and are counted as such).
+    /// `Err` also when a record could not be queued or went unreported. A producer that failed
+    /// is not used again: the next send makes a new one.
     pub(crate) fn send(
         &mut self,
         topic: &str,
         partition: i32,
         compression: Compression,
+        max_batch: usize,
         records: &[PlainRecord],
-    ) -> Result<Vec<i64>, PlainFailure> {
-        let codec = compression as i16;
+        every_report: bool,
+    ) -> Result<Vec<Result<i64, PlainFailure>>, PlainFailure> {
+        let codec = (compression as i16, max_batch);
         let producer = match self.by_codec.remove(&codec) {
             Some(producer) => producer,
             None => {
                 let mut config = self.config.clone();
-                config.set("compression.type", codec_name(compression));
+                let limit = config
+                    .get("message.max.bytes")
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(LIBRDKAFKA_BATCH_SIZE)
+                    .min(LIBRDKAFKA_BATCH_SIZE)
+                    .min(max_batch);
+                config
+                    .set("compression.type", codec_name(compression))
+                    .set("batch.size", limit.to_string());
                 config
                     .create_with_context(Reports::default())
                     .map_err(|e| failure("ProducerCreate", e.to_string()))?
             }
         };
-        let offsets = send_with(&producer, self.wait, topic, partition, records)?;
-        self.by_codec.insert(codec, producer);
-        Ok(offsets)
+        let reports = send_with(
+            &producer,
+            self.wait,
+            topic,
+            partition,
+            records,
+            every_report,
+        )?;
+        if reports.iter().all(Result::is_ok) {
+            self.by_codec.insert(codec, producer);
+        }
+        Ok(reports)
     }
 }
+
+/// librdkafka's default `batch.size` and `message.max.bytes`.
+const LIBRDKAFKA_BATCH_SIZE: usize = 1_000_000;
 
 fn failure(code: &str, message: String) -> PlainFailure {
     PlainFailure {
@@ -137,7 +165,8 @@ fn send_with(
     topic: &str,
     partition: i32,
     records: &[PlainRecord],
-) -> Result<Vec<i64>, PlainFailure> {
+    every_report: bool,
+) -> Result<Vec<Result<i64, PlainFailure>>, PlainFailure> {
     let name = CString::new(topic)
         .map_err(|_| failure("InvalidTopic", format!("topic {topic:?} holds a NUL byte")))?;
     for (index, record) in records.iter().enumerate() {
@@ -174,7 +203,9 @@ fn send_with(
     // the report itself.
     let limit = wait + Duration::from_secs(5);
     let deadline = Instant::now() + limit;
-    let mut offsets = vec![-1; records.len()];
+    let mut outcomes: Vec<Option<Result<i64, PlainFailure>>> = std::iter::repeat_with(|| None)
+        .take(records.len())
+        .collect();
     let mut reported = 0;
     while reported < records.len() {
         if Instant::now() >= deadline {
@@ -196,17 +227,23 @@ fn send_with(
                 .unwrap_or_else(|e| e.into_inner()),
         );
         for (index, outcome) in reports {
+            let Some(slot) = outcomes.get_mut(index).filter(|slot| slot.is_none()) else {
+                continue;
+            };
             reported += 1;
-            match outcome {
-                Ok(offset) => offsets[index] = offset,
+            *slot = Some(match outcome {
+                Ok(offset) => Ok(offset),
+                Err(error) if every_report => {
+                    Err(failure(&clients::code_name(&error), error.to_string()))
+                }
                 Err(error) => {
                     return Err(failure(
                         &clients::code_name(&error),
                         format!("source offset {}: {error}", records[index].offset),
                     ))
                 }
-            }
+            });
         }
     }
-    Ok(offsets)
+    Ok(outcomes.into_iter().flatten().collect())
 }

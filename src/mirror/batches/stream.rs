@@ -216,6 +216,8 @@ struct PlainStep {
     compression: kafka_protocol::records::Compression,
     /// The source batch's size, for the tracker.
     size: usize,
+    /// The largest batch the target topic takes.
+    max_batch: usize,
 }
 
 impl PlainStep {
@@ -1158,8 +1160,14 @@ impl<'s> BatchStream<'s> {
                 let (outs, too_large) = match prepare(&batch, from, part.max_batch, stamp) {
                     Ok(outs) => (outs, None),
                     Err(BatchError::RepeatedHeaderKey { offset, .. }) => {
-                        match self.plain_step(&batch, from, topic, partition, offset) {
-                            Ok(step) => part.queue.push_back(step),
+                        match self.plain_steps(
+                            &batch,
+                            from,
+                            part.max_batch,
+                            (topic, partition),
+                            offset,
+                        ) {
+                            Ok(steps) => part.queue.extend(steps),
                             Err(e) => {
                                 self.shared.control.fail(format!(
                                     "stream {}: source {topic}/{partition}: {e}",
@@ -1825,17 +1833,20 @@ impl<'s> BatchStream<'s> {
         }
     }
 
-    /// The step for the records of `batch` from `from` on, which the codec refused to encode
+    /// The steps for the records of `batch` from `from` on, which the codec refused to encode
     /// again: the record at `offset` repeats a header key. They go through librdkafka's
-    /// producer ([`Step::Plain`]), which carries headers as a list.
-    fn plain_step(
+    /// producer ([`Step::Plain`]), which carries headers as a list; in an uncompressed batch, a
+    /// record that alone makes a batch larger than `max_batch` is met as a send failure in its
+    /// turn ([`Step::TooLarge`]), as on the engine's own path, rather than sent for the target
+    /// to refuse with whatever records librdkafka put beside it.
+    fn plain_steps(
         &self,
         batch: &super::batch::SourceBatch,
         from: i64,
-        topic: &str,
-        partition: i32,
+        max_batch: usize,
+        (topic, partition): (&str, i32),
         offset: i64,
-    ) -> Result<Step, BatchError> {
+    ) -> Result<Vec<Step>, BatchError> {
         let records = plain_records(batch, from)?;
         let count = records.len() as u64;
         Stats::add(&self.shared.stats.consumed, count);
@@ -1847,11 +1858,34 @@ impl<'s> BatchStream<'s> {
              a batch that must be encoded again; the batch's {count} records from offset {from} \
              go through librdkafka's producer, which keeps every header"
         );
-        Ok(Step::Plain(PlainStep {
-            records,
-            compression: batch.compression(),
-            size: batch.size(),
-        }))
+        let compression = batch.compression();
+        let mut steps = Vec::new();
+        let mut run = Vec::new();
+        let flush = |run: &mut Vec<PlainRecord>, steps: &mut Vec<Step>| {
+            if !run.is_empty() {
+                steps.push(Step::Plain(PlainStep {
+                    records: std::mem::take(run),
+                    compression,
+                    size: batch.size(),
+                    max_batch,
+                }));
+            }
+        };
+        for record in records {
+            let size = record.alone_size();
+            if compression == kafka_protocol::records::Compression::None && size > max_batch {
+                flush(&mut run, &mut steps);
+                steps.push(Step::TooLarge {
+                    offset: record.offset,
+                    size,
+                    limit: max_batch,
+                });
+            } else {
+                run.push(record);
+            }
+        }
+        flush(&mut run, &mut steps);
+        Ok(steps)
     }
 
     /// Sends a [`Step::Plain`] through librdkafka's producer and waits for every report (at
@@ -1893,27 +1927,90 @@ impl<'s> BatchStream<'s> {
                     crate::settings::batch_request_wait(self.settings),
                 )
             })
-            .send(target_topic, key.1, plain.compression, &plain.records);
-        let offsets = match sent {
-            Ok(offsets) => offsets,
+            .send(
+                target_topic,
+                key.1,
+                plain.compression,
+                plain.max_batch,
+                &plain.records,
+                !self.settings.options.abort_on_send_failure,
+            );
+        let reports = match sent {
+            Ok(reports) => reports,
             Err(failure) => {
                 let message = format!("{} (sent through librdkafka's producer)", failure.message);
                 return !self.refused(key, target_topic, span, ticket, &failure.code, &message);
             }
         };
+        // Skip mode: what the target refused is dropped and counted record by record; what it
+        // took is acknowledged and mapped.
+        let mut landed = Vec::with_capacity(reports.len());
+        let mut refused = Vec::new();
+        for (record, report) in plain.records.iter().zip(reports) {
+            match report {
+                Ok(target_offset) => landed.push((record, target_offset)),
+                Err(failure) => refused.push((record.offset, failure)),
+            }
+        }
+        if !refused.is_empty() {
+            self.skip_refused_plain(key, target_topic, span, &refused);
+        }
         let acked = Acked {
             last_source_offset: span.last_source_offset,
-            records: plain.records.len() as u64,
-            newest: plain
-                .records
-                .iter()
-                .map(|r| r.timestamp)
-                .max()
-                .unwrap_or(-1),
+            records: landed.len() as u64,
+            newest: landed.iter().map(|(r, _)| r.timestamp).max().unwrap_or(-1),
         };
-        let mapped = plain.records.iter().map(|r| r.offset).zip(offsets);
+        let mapped = landed.iter().map(|(r, target)| (r.offset, *target));
         acknowledge(&self.shared, key, target_topic, ticket, acked, mapped);
         true
+    }
+
+    /// Skip mode, [`Step::Plain`]: the records of `span` the target refused (source offset,
+    /// code and message), logged (one warning per code and message, naming every offset) and
+    /// counted as dropped. librdkafka's producer reports a refusal for each record of the
+    /// request the target refused, which may hold records of the span besides the one at fault.
+    fn skip_refused_plain(
+        &self,
+        key: &Partition,
+        target_topic: &str,
+        span: Span,
+        refused: &[(i64, super::plain::PlainFailure)],
+    ) {
+        let mut said: Vec<(&str, &str, Vec<i64>)> = Vec::new();
+        for (offset, failure) in refused {
+            self.shared
+                .stats
+                .recorded
+                .count_send_error(failure.code.clone());
+            match said
+                .iter_mut()
+                .find(|(code, message, _)| *code == failure.code && *message == failure.message)
+            {
+                Some((_, _, offsets)) => offsets.push(*offset),
+                None => said.push((&failure.code, &failure.message, vec![*offset])),
+            }
+        }
+        for (code, message, offsets) in said {
+            let mut what = format!(
+                "target {target_topic}/{} refused source {}/{} {} (of the records of offsets \
+                 {} to {} sent through librdkafka's producer): {code}: {message}",
+                key.1,
+                key.0,
+                key.1,
+                named_offsets(&offsets),
+                span.first_source_offset,
+                span.last_source_offset,
+            );
+            if matches!(code, "InvalidTimestamp" | "InvalidRecord") {
+                let advice = crate::mirror::timestamps::refusal_advice(target_topic, None);
+                what = format!("{what}: {advice}");
+            }
+            tracing::warn!(
+                stream = self.stream,
+                "{what}; skipped (--abort.on.send.failure false)"
+            );
+        }
+        Stats::add(&self.shared.stats.dropped, refused.len() as u64);
     }
 
     /// Stop fetching (nothing is on the wire between turns), commit what was acknowledged,
@@ -1970,6 +2067,26 @@ impl<'s> BatchStream<'s> {
             started.elapsed()
         );
         Ok(StreamReport { unacknowledged })
+    }
+}
+
+/// "offset 7", "offsets 7 and 9", "offsets 1, 2 and 3": every offset up to ten, then how many
+/// more, for a log line.
+fn named_offsets(offsets: &[i64]) -> String {
+    const NAMED: usize = 10;
+    match offsets {
+        [] => "no offset".to_owned(),
+        [one] => format!("offset {one}"),
+        _ => {
+            let shown: Vec<String> = offsets.iter().take(NAMED).map(i64::to_string).collect();
+            let more = offsets.len().saturating_sub(NAMED);
+            if more > 0 {
+                format!("offsets {} and {more} more", shown.join(", "))
+            } else {
+                let (last, rest) = shown.split_last().expect("two or more");
+                format!("offsets {} and {last}", rest.join(", "))
+            }
+        }
     }
 }
 
@@ -2039,5 +2156,22 @@ fn acknowledge(
     Stats::add(&shared.stats.acknowledged, acked.records);
     if acked.newest >= 0 {
         shared.stats.recorded.observe_latency(acked.newest);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::named_offsets;
+
+    #[test]
+    fn a_log_line_names_up_to_ten_offsets_and_counts_the_rest() {
+        assert_eq!(named_offsets(&[7]), "offset 7");
+        assert_eq!(named_offsets(&[7, 9]), "offsets 7 and 9");
+        assert_eq!(named_offsets(&[1, 2, 3]), "offsets 1, 2 and 3");
+        let many: Vec<i64> = (100..112).collect();
+        assert_eq!(
+            named_offsets(&many),
+            "offsets 100, 101, 102, 103, 104, 105, 106, 107, 108, 109 and 2 more"
+        );
     }
 }

@@ -783,6 +783,40 @@ pub(crate) struct PlainRecord {
     pub(crate) headers: Vec<(Bytes, Option<Bytes>)>,
 }
 
+impl PlainRecord {
+    /// The size of an uncompressed batch holding this record alone, as any producer encodes it
+    /// (timestamp and offset deltas 0): what the target compares with its `max.message.bytes`.
+    pub(crate) fn alone_size(&self) -> usize {
+        let field =
+            |b: Option<&Bytes>| b.map_or(varint_len(-1), |b| varint_len(b.len() as i64) + b.len());
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|(name, value)| field(Some(name)) + field(value.as_ref()))
+            .sum();
+        // attributes, timestamp delta, offset delta, key, value, header count, headers
+        let body = 1
+            + 1
+            + 1
+            + field(self.key.as_ref())
+            + field(self.value.as_ref())
+            + varint_len(self.headers.len() as i64)
+            + headers;
+        HEADER_LEN + varint_len(body as i64) + body
+    }
+}
+
+/// The bytes of `n` as a zigzag varint.
+fn varint_len(n: i64) -> usize {
+    let mut z = ((n << 1) ^ (n >> 63)) as u64;
+    let mut len = 1;
+    while z >= 0x80 {
+        z >>= 7;
+        len += 1;
+    }
+    len
+}
+
 /// The records of an uncompressed records section (`records` of them), read as they are.
 /// `None` when the section ends inside a record or a field is malformed.
 fn read_records(

@@ -1095,6 +1095,38 @@ fn plain_records_read_every_field_of_every_codec_from_the_start_on() {
 }
 
 #[test]
+fn a_plain_record_knows_the_size_of_a_batch_holding_it_alone() {
+    // Values across the varint widths, with a header without value and a null key.
+    for value_len in [0, 20, 63, 64, 200, 8_191, 8_192, 500_000] {
+        let mut source = Source::new(Compression::None, 7, 1);
+        source.value_len = value_len;
+        for key in [true, false] {
+            let mut records = source.records();
+            if !key {
+                records[0].key = None;
+            }
+            let mut buf = BytesMut::new();
+            RecordBatchEncoder::encode(
+                &mut buf,
+                &records,
+                &RecordEncodeOptions {
+                    version: MAGIC_V2,
+                    compression: Compression::None,
+                },
+            )
+            .unwrap();
+            let batch = only(buf.freeze());
+            let plain = plain_records(&batch, 7).unwrap();
+            assert_eq!(
+                plain[0].alone_size(),
+                batch.size(),
+                "value of {value_len} B, key {key}"
+            );
+        }
+    }
+}
+
+#[test]
 fn plain_records_keep_a_repeated_header_key_in_order() {
     let source = Source::new(Compression::None, 10, 3);
     // The first record's two headers, "trace" and "empty", both called "trace".
