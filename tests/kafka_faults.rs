@@ -376,6 +376,75 @@ fn a_source_blackhole_longer_than_the_session_is_a_clean_rejoin_with_batches() {
     source_blackhole_past_the_session(CopyMode::Batches);
 }
 
+/// The source unreachable for 55 s, within the group's session (90 s here): every fetch of the
+/// batch engine fails (each waits the request timeout, 5 s, and the first a metadata request's
+/// too, so the first failure is taken about 10 s in), and 30 s after its first failure
+/// (`FETCH_FAILING_WARN`) each partition says so once at warn, naming its offset and the last
+/// failure, where single failures stay at debug; after the heal each says at info that it
+/// fetches again, and the mirror copies on: 0 lost, order kept, no exit.
+#[test]
+fn a_source_unreachable_for_longer_than_30_s_is_said_at_warn_per_partition_with_batches() {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    let span = Duration::from_secs(55);
+    let (c, written, held, log) = through_a_blackhole_with_log(
+        &pair,
+        &pair.source_link,
+        span,
+        CopyMode::Batches,
+        &[
+            ("socket.timeout.ms", "5000"),
+            ("session.timeout.ms", "90000"),
+            ("max.poll.interval.ms", "180000"),
+        ],
+        &[("request.timeout.ms", "5000")],
+        ARGS,
+    );
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("every fetch at offset"))
+        .collect();
+    let again = log
+        .lines()
+        .filter(|l| l.contains("INFO") && l.contains(": fetching again after"))
+        .count();
+    eprintln!(
+        "TRIAL source-unreachable-warned-batches kafka 4.4.0: {} s blackhole, session 90 s, \
+         {} partitions warned, {again} said fetching again, commits held at {}, resumed {:.1} s \
+         after the heal; {written} records: {}, {:.0} s",
+        span.as_secs(),
+        warned.len(),
+        held.at_end,
+        held.resumed_after,
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    for partition in 0..PARTITIONS {
+        let named = format!("source {TOPIC}/{partition}: every fetch at offset");
+        let lines = warned.iter().filter(|l| l.contains(&named)).count();
+        assert_eq!(
+            lines, 1,
+            "partition {partition} warned {lines} times, not once; log:\n{log}"
+        );
+    }
+    let said_long_enough = |line: &str| {
+        let secs = line
+            .split_once("failed for ")
+            .and_then(|(_, rest)| rest.split_once(" s (last: "))
+            .and_then(|(secs, _)| secs.parse::<u64>().ok());
+        secs.is_some_and(|s| s >= 30)
+    };
+    assert!(
+        warned.iter().all(|l| said_long_enough(l)),
+        "a warning came before 30 s of failures or does not say how long and why; log:\n{log}"
+    );
+    assert_eq!(
+        again, PARTITIONS as usize,
+        "not every partition said it fetches again; log:\n{log}"
+    );
+}
+
 /// `--exactly.once true` with the source unreachable for 15 s, longer than the group's
 /// session (6 s): the stream's assignment is lost; it aborts its open transaction and rejoins
 /// as a new incarnation (a new transactional id), which fences the old id and resumes at the
