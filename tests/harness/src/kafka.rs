@@ -847,57 +847,60 @@ impl KafkaCluster {
         segments
     }
 
-    /// The magic byte (the record format: 0 and 1 before Kafka 0.11, 2 since) of each message
-    /// or batch at the top of `topic`/`partition`'s segment files on node 1, read straight
-    /// from disk. Each starts with its offset and a length (the same in every format).
-    pub fn stored_magics(&self, topic: &str, partition: i32) -> Vec<i8> {
-        let segments = self.segment_files(topic, partition);
+    /// Each message or batch at the top of `topic`/`partition`'s segment files on node 1, read
+    /// straight from disk, whole: every format starts with its offset (8 bytes) and the length
+    /// of the rest (4). A frame cut short (a segment still being written) ends its file.
+    fn stored_frames(&self, topic: &str, partition: i32) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        for segment in segments {
+        for segment in self.segment_files(topic, partition) {
             let bytes = std::fs::read(&segment).expect("a segment file");
             let mut pos = 0;
-            while pos + 17 <= bytes.len() {
+            while pos + 12 <= bytes.len() {
                 let length =
                     i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
                 if length == 0 || pos + 12 + length > bytes.len() {
                     break;
                 }
-                out.push(bytes[pos + 16] as i8);
+                out.push(bytes[pos..pos + 12 + length].to_vec());
                 pos += 12 + length;
             }
         }
         out
     }
 
+    /// The magic byte (the record format: 0 and 1 before Kafka 0.11, 2 since) of each message
+    /// or batch at the top of `topic`/`partition`'s segment files on node 1, read straight
+    /// from disk (after offset, length, and a CRC (v0, v1) or leader epoch (v2)).
+    pub fn stored_magics(&self, topic: &str, partition: i32) -> Vec<i8> {
+        self.stored_frames(topic, partition)
+            .iter()
+            .filter_map(|frame| frame.get(16).map(|&magic| magic as i8))
+            .collect()
+    }
+
     /// The record batches of `topic`/`partition` as stored in node 1's segment files, read
     /// straight from disk (independent of any client).
     pub fn stored_batches(&self, topic: &str, partition: i32) -> Vec<StoredBatch> {
-        let segments = self.segment_files(topic, partition);
-        let mut out = Vec::new();
-        for segment in segments {
-            let bytes = std::fs::read(&segment).expect("a segment file");
-            let mut pos = 0;
-            // RecordBatch v2: baseOffset i64, batchLength i32, partitionLeaderEpoch i32,
-            // magic i8, crc u32, attributes i16, lastOffsetDelta i32, ...
-            while pos + 61 <= bytes.len() {
-                let base_offset = i64::from_be_bytes(bytes[pos..pos + 8].try_into().unwrap());
-                let length =
-                    i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
-                if length == 0 || pos + 12 + length > bytes.len() {
-                    break;
-                }
-                let attributes = u16::from_be_bytes(bytes[pos + 21..pos + 23].try_into().unwrap());
-                let last_delta =
-                    i32::from_be_bytes(bytes[pos + 23..pos + 27].try_into().unwrap()) as i64;
-                // ... baseTimestamp i64, maxTimestamp i64, producerId i64, producerEpoch i16,
+        let be = |frame: &[u8], at: usize, len: usize| -> i64 {
+            frame[at..at + len]
+                .iter()
+                .fold(0i64, |n, &b| (n << 8) | i64::from(b))
+        };
+        self.stored_frames(topic, partition)
+            .into_iter()
+            .filter(|frame| frame.len() >= 61)
+            .map(|frame| {
+                // RecordBatch v2: baseOffset i64, batchLength i32, partitionLeaderEpoch i32,
+                // magic i8, crc u32, attributes i16, lastOffsetDelta i32, baseTimestamp i64,
+                // maxTimestamp i64, producerId i64 (at byte 43), producerEpoch i16,
                 // baseSequence i32, recordCount i32 (at byte 57; the header is 61 bytes).
-                let records =
-                    i32::from_be_bytes(bytes[pos + 57..pos + 61].try_into().unwrap()) as i64;
-                out.push(StoredBatch {
+                let base_offset = be(&frame, 0, 8);
+                let attributes = be(&frame, 21, 2);
+                StoredBatch {
                     base_offset,
-                    last_offset: base_offset + last_delta,
-                    records,
-                    size: 12 + length,
+                    last_offset: base_offset + be(&frame, 23, 4) as i32 as i64,
+                    records: be(&frame, 57, 4) as i32 as i64,
+                    size: frame.len(),
                     codec: ["none", "gzip", "snappy", "lz4", "zstd"]
                         .get((attributes & 7) as usize)
                         .copied()
@@ -905,14 +908,10 @@ impl KafkaCluster {
                     log_append_time: attributes & 8 != 0,
                     transactional: attributes & 16 != 0,
                     control: attributes & 32 != 0,
-                    producer_id: bytes
-                        .get(pos + 43..pos + 51)
-                        .map_or(-1, |b| i64::from_be_bytes(b.try_into().unwrap())),
-                });
-                pos += 12 + length;
-            }
-        }
-        out
+                    producer_id: be(&frame, 43, 8),
+                }
+            })
+            .collect()
     }
 
     /// The last `lines` lines of every node's server log.
