@@ -940,8 +940,9 @@ fn a_record_the_target_refuses_is_skipped_and_counted_by_the_batch_engine_in_ski
 /// The same refused record on the plain path (every record repeats a header key, so its
 /// batch, which must be split, goes through librdkafka's producer) in skip mode: that record
 /// alone is dropped and counted, every other record copied in order, exit 0. The engine meets
-/// the record as too large itself, as on its own path: sent, librdkafka put it in one request
-/// with records beside it, the target refused them all, and skip mode dropped the whole step.
+/// the record as too large itself, as on its own path. (Before 2026-12-05 it went to
+/// librdkafka, which put it in one request with records beside it; the target refused them
+/// all, and skip mode counted the whole step dropped.)
 #[test]
 fn a_record_refused_on_the_plain_path_is_skipped_alone_in_skip_mode() {
     skip_the_record_too_large("refused-plain-skipped", true);
@@ -1081,6 +1082,24 @@ fn skip_mode_counts_exactly_the_refused(topic: &'static str, engine: &str) {
         "the old record is on the target"
     );
     assert_eq!(dropped, Some(missing.len() as f64), "{body}");
+    // What the metrics say beside: every record handed to the target once, and acknowledged
+    // exactly those on the target.
+    let acknowledged = metric(
+        &body,
+        "mirror_records_acknowledged_total",
+        &format!("topic=\"{topic}\",partition=\"0\""),
+    );
+    assert_eq!(
+        acknowledged,
+        Some((source.len() - missing.len()) as f64),
+        "{body}"
+    );
+    let all = (source.len() + lane.source_records(1).len()) as f64;
+    assert_eq!(
+        metric(&body, "mirror_records_produced_total", ""),
+        Some(all),
+        "{body}"
+    );
     assert!(
         lane.target_records(topic, 1) == lane.source_records(1),
         "partition 1 is not copied whole"
@@ -1179,6 +1198,20 @@ fn skip_a_record_older_than_the_target_takes(topic: &'static str, alone: bool) {
         "the target saw a sequence gap after the refused batch; log:\n{log}"
     );
     assert_eq!(dropped, Some(1.0), "{body}");
+    // The partitions' counters count records, the refused one consumed and not acknowledged.
+    let all = (REFUSED_AT * 2 + 1) as f64;
+    for (partition, acknowledged) in [(0, all - 1.0), (1, all)] {
+        let labels = format!("topic=\"{topic}\",partition=\"{partition}\"");
+        let counted = |name| metric(&body, name, &labels);
+        assert_eq!(
+            (
+                counted("mirror_records_consumed_total"),
+                counted("mirror_records_acknowledged_total")
+            ),
+            (Some(all), Some(acknowledged)),
+            "partition {partition}: {body}"
+        );
+    }
     all_but_the_refused_record_copied(&lane);
 }
 

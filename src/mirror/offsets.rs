@@ -90,6 +90,9 @@ struct Entry {
     bytes: u32,
     /// Target records produced from this source record and not yet acknowledged.
     pending: u32,
+    /// Source records it stands for in the partition's counters: 1 (a record), or a batch's
+    /// count (the batch engine's tickets, [`Tracker::begin_batch`]).
+    records: u32,
     failed: bool,
 }
 
@@ -320,6 +323,53 @@ impl OffsetTracker {
         bytes: usize,
         outputs: u32,
     ) -> (Ticket, Option<i64>) {
+        self.register(topic, partition, offset, timestamp, (bytes, outputs), None)
+    }
+
+    /// A ticket for the `records` source records from `offset` on that go to the target as one
+    /// batch (the batch engine): acknowledged once, it counts them all as acknowledged. Their
+    /// consumption is counted where they are read ([`count_consumed`](Self::count_consumed)),
+    /// not here: a batch sent again in parts takes tickets again.
+    pub(crate) fn begin_batch(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        bytes: usize,
+        records: u32,
+    ) -> Ticket {
+        self.register(topic, partition, offset, None, (bytes, 1), Some(records))
+            .0
+    }
+
+    /// Source records of a partition read (the batch engine, whose tickets stand for batches):
+    /// its `consumed` counters.
+    pub(crate) fn count_consumed(&mut self, topic: &str, partition: i32, records: u64, bytes: u64) {
+        let index = self.slot_or_insert(topic, partition);
+        let counters = &mut self.slots[index as usize].counters;
+        counters.consumed += records;
+        counters.consumed_bytes += bytes;
+    }
+
+    /// The source records the ticket stands for from now on (a batch sent again with fewer
+    /// records under the same ticket: those left out are not acknowledged).
+    pub(crate) fn set_records(&mut self, ticket: Ticket, records: u32) {
+        if let Some(pos) = self.position(ticket) {
+            self.slots[ticket.slot as usize].ring[pos].records = records;
+        }
+    }
+
+    /// [`begin_after`](Self::begin_after), or with `batch` a batch engine's ticket for that
+    /// many records, its consumption not counted here.
+    fn register(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        timestamp: Option<i64>,
+        (bytes, outputs): (usize, u32),
+        batch: Option<u32>,
+    ) -> (Ticket, Option<i64>) {
         let index = self.slot_or_insert(topic, partition);
         let slot = &mut self.slots[index as usize];
         let gap_from = slot
@@ -337,8 +387,10 @@ impl OffsetTracker {
         }
         slot.last_offset = Some(offset);
         slot.restarted = false;
-        slot.counters.consumed += 1;
-        slot.counters.consumed_bytes += bytes as u64;
+        if batch.is_none() {
+            slot.counters.consumed += 1;
+            slot.counters.consumed_bytes += bytes as u64;
+        }
         let seq = slot.next_seq();
         if outputs == 0 {
             slot.counters.acknowledged += 1;
@@ -353,6 +405,7 @@ impl OffsetTracker {
                 timestamp: timestamp.unwrap_or(-1),
                 bytes,
                 pending: outputs,
+                records: batch.unwrap_or(1),
                 failed: false,
             });
             if outputs > 0 {
@@ -449,6 +502,17 @@ impl OffsetTracker {
 
     /// One target record produced from the ticket's source record was acknowledged.
     pub(crate) fn ack(&mut self, ticket: Ticket) -> Outcome<'_> {
+        self.settle(ticket, true)
+    }
+
+    /// Skip mode: a target record produced from the ticket's source record was refused for
+    /// good and is given up. As [`ack`](Self::ack) for the commit point, which passes it; not
+    /// counted as acknowledged (the caller counts it dropped).
+    pub(crate) fn give_up(&mut self, ticket: Ticket) -> Outcome<'_> {
+        self.settle(ticket, false)
+    }
+
+    fn settle(&mut self, ticket: Ticket, acknowledged: bool) -> Outcome<'_> {
         let Some(pos) = self.position(ticket) else {
             return Outcome::Stale;
         };
@@ -458,7 +522,12 @@ impl OffsetTracker {
             return Outcome::Stale;
         }
         entry.pending -= 1;
+        if !acknowledged {
+            // A record given up stands for no record acknowledged, whatever else of it is.
+            entry.records = 0;
+        }
         let (offset, timestamp, bytes) = (entry.offset, entry.timestamp, entry.bytes as usize);
+        let records = u64::from(entry.records);
         let done = entry.pending == 0 && !entry.failed;
         if done {
             self.in_flight -= 1;
@@ -466,7 +535,7 @@ impl OffsetTracker {
         }
         let slot = &mut self.slots[ticket.slot as usize];
         if done {
-            slot.counters.acknowledged += 1;
+            slot.counters.acknowledged += records;
             if pos == 0 {
                 slot.advance();
             }
@@ -602,7 +671,8 @@ impl OffsetTracker {
                 .ring
                 .iter()
                 .filter(|e| e.pending > 0 || e.failed)
-                .count() as u64;
+                .map(|e| u64::from(e.records))
+                .sum();
             all.entry((slot.topic.clone(), slot.partition))
                 .or_default()
                 .add(&counters);
@@ -781,6 +851,47 @@ mod tests {
             (after.consumed, after.acknowledged, after.in_flight),
             (4, 3, 0)
         );
+    }
+
+    fn counters_of(t: &OffsetTracker, partition: i32) -> PartitionCounters {
+        t.partition_counters()
+            .into_iter()
+            .find(|p| p.topic == "t" && p.partition == partition)
+            .map(|p| p.counters)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_batch_ticket_counts_its_records_not_itself() {
+        let mut t = OffsetTracker::new();
+        t.count_consumed("t", 0, 300, 30_000);
+        let first = t.begin_batch("t", 0, 0, 10_000, 100);
+        let second = t.begin_batch("t", 0, 100, 20_000, 200);
+        let c = counters_of(&t, 0);
+        assert_eq!(
+            (c.consumed, c.consumed_bytes, c.acknowledged, c.in_flight),
+            (300, 30_000, 0, 300)
+        );
+        t.ack(first);
+        let c = counters_of(&t, 0);
+        assert_eq!((c.acknowledged, c.in_flight), (100, 200));
+        // Sent again without 5 refused records: its ticket stands for the 195 others.
+        t.set_records(second, 195);
+        t.ack(second);
+        let c = counters_of(&t, 0);
+        assert_eq!((c.consumed, c.acknowledged, c.in_flight), (300, 295, 0));
+    }
+
+    #[test]
+    fn a_record_given_up_in_skip_mode_is_passed_but_not_acknowledged() {
+        let mut t = OffsetTracker::new();
+        let dropped = t.begin("t", 0, 0, None, 10, 1);
+        let copied = t.begin("t", 0, 1, None, 10, 1);
+        t.give_up(dropped);
+        t.ack(copied);
+        let c = counters_of(&t, 0);
+        assert_eq!((c.consumed, c.acknowledged, c.in_flight), (2, 1, 0));
+        assert_eq!(commit_of(&mut t, "t", 0), Some(2));
     }
 
     #[test]

@@ -173,11 +173,12 @@ pub(super) fn send_failed_because(
 ) {
     shared.stats.recorded.count_send_error(code.to_owned());
     let mut tracker = shared.tracker();
-    // Failed (abort: the commit point never passes it) or given up (skip: acknowledged).
+    // Failed (abort: the commit point never passes it) or given up (skip: the commit point
+    // passes it, and it is counted dropped, not acknowledged).
     let outcome = if shared.abort_on_send_failure {
         tracker.fail(ticket)
     } else {
-        tracker.ack(ticket)
+        tracker.give_up(ticket)
     };
     let source = match outcome {
         Outcome::Recorded(s) => format!("{}/{} offset {}", s.topic, s.partition, s.offset),

@@ -53,7 +53,7 @@ impl ProducerContext for Reports {
 }
 
 /// A send that did not land whole: the code and what happened, for the engine's refusal.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct PlainFailure {
     pub(crate) code: String,
     pub(crate) message: String,
@@ -100,12 +100,12 @@ impl PlainProducers {
     /// Sends `records` to `topic`/`partition` with `compression`, in batches of at most
     /// `max_batch` bytes (the target topic's limit: librdkafka's `batch.size`, which it would
     /// otherwise fill up to 1 MB whatever the topic takes), in order, and waits for every
-    /// report: the target offset of each, or why the target refused it. With `every_report`
-    /// false the first refusal ends the send (`Err`; the records may then be on the target in
-    /// part, or whole: a report may be lost); with it true, each record's refusal is in its
-    /// place of the answer (skip mode: the others may have landed, and are counted as such).
-    /// `Err` also when a record could not be queued or went unreported. A producer that failed
-    /// is not used again: the next send makes a new one.
+    /// report: the target offset of each, or why it is not there. With `every_report` false
+    /// the first failure ends the send (`Err`; the records may then be on the target in part,
+    /// or whole: a report may be lost); with it true (skip mode), each record's outcome is in
+    /// its place of the answer: refused, not queued, or unreported within the wait (given up:
+    /// it may still land), and the others landed. A producer that failed is not used again:
+    /// the next send makes a new one.
     pub(crate) fn send(
         &mut self,
         topic: &str,
@@ -169,7 +169,10 @@ fn send_with(
 ) -> Result<Vec<Result<i64, PlainFailure>>, PlainFailure> {
     let name = CString::new(topic)
         .map_err(|_| failure("InvalidTopic", format!("topic {topic:?} holds a NUL byte")))?;
-    for (index, record) in records.iter().enumerate() {
+    // Records from `queued` on were not handed to librdkafka, for this reason.
+    let mut queued = records.len();
+    let mut not_queued: Option<PlainFailure> = None;
+    'records: for (index, record) in records.iter().enumerate() {
         let mut headers = RawHeaders::none();
         for (key, value) in &record.headers {
             headers.add(key, value.as_deref());
@@ -191,10 +194,16 @@ fn send_with(
                     producer.poll(Duration::from_millis(10));
                 }
                 Err(code) => {
-                    return Err(failure(
+                    let why = failure(
                         &format!("{code:?}"),
                         format!("source offset {}: {code}", record.offset),
-                    ))
+                    );
+                    if !every_report {
+                        return Err(why);
+                    }
+                    queued = index;
+                    not_queued = Some(why);
+                    break 'records;
                 }
             }
         }
@@ -207,16 +216,23 @@ fn send_with(
         .take(records.len())
         .collect();
     let mut reported = 0;
-    while reported < records.len() {
+    while reported < queued {
         if Instant::now() >= deadline {
-            return Err(failure(
+            let unreported = failure(
                 "NoReport",
                 format!(
                     "{} of {} records unreported by librdkafka within {limit:?}",
-                    records.len() - reported,
+                    queued - reported,
                     records.len()
                 ),
-            ));
+            );
+            if !every_report {
+                return Err(unreported);
+            }
+            for slot in outcomes[..queued].iter_mut().filter(|slot| slot.is_none()) {
+                *slot = Some(Err(unreported.clone()));
+            }
+            break;
         }
         producer.poll(Duration::from_millis(10));
         let reports = std::mem::take(
@@ -227,7 +243,10 @@ fn send_with(
                 .unwrap_or_else(|e| e.into_inner()),
         );
         for (index, outcome) in reports {
-            let Some(slot) = outcomes.get_mut(index).filter(|slot| slot.is_none()) else {
+            let Some(slot) = outcomes[..queued]
+                .get_mut(index)
+                .filter(|slot| slot.is_none())
+            else {
                 continue;
             };
             reported += 1;
@@ -243,6 +262,11 @@ fn send_with(
                     ))
                 }
             });
+        }
+    }
+    if let Some(why) = not_queued {
+        for slot in &mut outcomes[queued..] {
+            *slot = Some(Err(why.clone()));
         }
     }
     Ok(outcomes.into_iter().flatten().collect())

@@ -242,6 +242,8 @@ struct Part {
     /// The largest batch its target topic takes: its `max.message.bytes` where it was read,
     /// at most the engine's bound (larger source batches are split).
     max_batch: usize,
+    /// Its target topic's `max.message.bytes` where it was read, not bounded.
+    topic_limit: Option<usize>,
     /// The source partition's high watermark in the latest fetch response that had one.
     high_watermark: Option<i64>,
     /// Since when every fetch of it has failed, and whether that was said at warn
@@ -449,13 +451,13 @@ impl BatchContext {
             self.shared.tracker().expect_start(&topic, partition, start);
             list.push(format!("{topic}/{partition} at {start}"));
             let target_topic = self.target_template.render(&topic);
-            let max_batch = self
+            let topic_limit = self
                 .limits
                 .read(std::slice::from_ref(&target_topic))
                 .first()
-                .map_or(engine.max_batch, |(_, limit)| {
-                    (*limit).min(engine.max_batch)
-                });
+                .map(|(_, limit)| *limit);
+            let max_batch =
+                topic_limit.map_or(engine.max_batch, |limit| limit.min(engine.max_batch));
             engine.parts.insert(
                 (topic, partition),
                 Part {
@@ -464,6 +466,7 @@ impl BatchContext {
                     queue: VecDeque::new(),
                     in_flight: None,
                     max_batch,
+                    topic_limit,
                     high_watermark: None,
                     failing: None,
                     gap_at: None,
@@ -1160,13 +1163,8 @@ impl<'s> BatchStream<'s> {
                 let (outs, too_large) = match prepare(&batch, from, part.max_batch, stamp) {
                     Ok(outs) => (outs, None),
                     Err(BatchError::RepeatedHeaderKey { offset, .. }) => {
-                        match self.plain_steps(
-                            &batch,
-                            from,
-                            part.max_batch,
-                            (topic, partition),
-                            offset,
-                        ) {
+                        let limits = (part.max_batch, part.topic_limit);
+                        match self.plain_steps(&batch, from, limits, (topic, partition), offset) {
                             Ok(steps) => part.queue.extend(steps),
                             Err(e) => {
                                 self.shared.control.fail(format!(
@@ -1204,6 +1202,12 @@ impl<'s> BatchStream<'s> {
                 for out in outs {
                     Stats::add(&self.shared.stats.consumed, out.records as u64);
                     Stats::add(&self.shared.stats.consumed_bytes, out.size() as u64);
+                    self.shared.tracker().count_consumed(
+                        topic,
+                        partition,
+                        out.records.max(0) as u64,
+                        out.size() as u64,
+                    );
                     self.charge(out.throttle_cost());
                     engine
                         .producer
@@ -1222,6 +1226,7 @@ impl<'s> BatchStream<'s> {
                     break;
                 };
                 Stats::add(&self.shared.stats.consumed, 1);
+                self.shared.tracker().count_consumed(topic, partition, 1, 0);
                 part.queue.push_back(Step::TooLarge {
                     offset,
                     size,
@@ -1266,13 +1271,12 @@ impl<'s> BatchStream<'s> {
                         continue;
                     }
                 };
-                let ticket = self.shared.tracker().begin(
+                let ticket = self.shared.tracker().begin_batch(
                     &key.0,
                     key.1,
                     q.out.first_source_offset,
-                    None,
                     q.out.size(),
-                    1,
+                    q.out.records.max(0) as u32,
                 );
                 Stats::add(&self.shared.stats.produced, q.out.records as u64);
                 part.in_flight = Some((q, ticket));
@@ -1736,6 +1740,10 @@ impl<'s> BatchStream<'s> {
         for later in rest.into_iter().rev() {
             part.queue.push_front(Step::Send(later));
         }
+        // The ticket stands for the first part now; the others take their own tickets.
+        self.shared
+            .tracker()
+            .set_records(ticket, first.out.records.max(0) as u32);
         part.in_flight = Some((first, ticket));
         true
     }
@@ -1784,7 +1792,7 @@ impl<'s> BatchStream<'s> {
             );
             Stats::add(&self.shared.stats.dropped, out.records as u64);
             let mut tracker = self.shared.tracker();
-            tracker.ack(ticket);
+            tracker.give_up(ticket);
             tracker.advance_to_position(&key.0, key.1, out.last_source_offset + 1);
             false
         }
@@ -1811,8 +1819,10 @@ impl<'s> BatchStream<'s> {
             key.0, key.1, key.1
         );
         let mut tracker = self.shared.tracker();
+        // Counted as consumed where it was read.
+        let ticket = tracker.begin_batch(&key.0, key.1, offset, size, 1);
         if self.settings.options.abort_on_send_failure {
-            tracker.begin_failed(&key.0, key.1, offset, None, size);
+            tracker.fail(ticket);
             drop(tracker);
             self.shared.control.fail(format!(
                 "stream {}: {what}; stopping (--abort.on.send.failure true) with the committed \
@@ -1821,8 +1831,7 @@ impl<'s> BatchStream<'s> {
                 self.stream
             ));
         } else {
-            let ticket = tracker.begin(&key.0, key.1, offset, None, size, 1);
-            tracker.ack(ticket);
+            tracker.give_up(ticket);
             tracker.advance_to_position(&key.0, key.1, offset + 1);
             drop(tracker);
             Stats::add(&self.shared.stats.dropped, 1);
@@ -1835,15 +1844,16 @@ impl<'s> BatchStream<'s> {
 
     /// The steps for the records of `batch` from `from` on, which the codec refused to encode
     /// again: the record at `offset` repeats a header key. They go through librdkafka's
-    /// producer ([`Step::Plain`]), which carries headers as a list; in an uncompressed batch, a
-    /// record that alone makes a batch larger than `max_batch` is met as a send failure in its
-    /// turn ([`Step::TooLarge`]), as on the engine's own path, rather than sent for the target
-    /// to refuse with whatever records librdkafka put beside it.
+    /// producer ([`Step::Plain`]), which carries headers as a list, in batches of at most
+    /// `max_batch` bytes. In an uncompressed batch, a record that alone makes a batch larger
+    /// than its target topic's `max.message.bytes` (`topic_limit`, where it was read) is met as
+    /// a send failure in its turn ([`Step::TooLarge`]), as on the engine's own path, rather
+    /// than sent for the target to refuse with whatever records librdkafka put beside it.
     fn plain_steps(
         &self,
         batch: &super::batch::SourceBatch,
         from: i64,
-        max_batch: usize,
+        (max_batch, topic_limit): (usize, Option<usize>),
         (topic, partition): (&str, i32),
         offset: i64,
     ) -> Result<Vec<Step>, BatchError> {
@@ -1851,6 +1861,9 @@ impl<'s> BatchStream<'s> {
         let count = records.len() as u64;
         Stats::add(&self.shared.stats.consumed, count);
         Stats::add(&self.shared.stats.consumed_bytes, batch.size() as u64);
+        self.shared
+            .tracker()
+            .count_consumed(topic, partition, count, batch.size() as u64);
         self.charge((batch.size() as u64, count));
         tracing::debug!(
             stream = self.stream,
@@ -1873,15 +1886,19 @@ impl<'s> BatchStream<'s> {
         };
         for record in records {
             let size = record.alone_size();
-            if compression == kafka_protocol::records::Compression::None && size > max_batch {
-                flush(&mut run, &mut steps);
-                steps.push(Step::TooLarge {
-                    offset: record.offset,
-                    size,
-                    limit: max_batch,
-                });
-            } else {
-                run.push(record);
+            match topic_limit {
+                Some(limit)
+                    if compression == kafka_protocol::records::Compression::None
+                        && size > limit =>
+                {
+                    flush(&mut run, &mut steps);
+                    steps.push(Step::TooLarge {
+                        offset: record.offset,
+                        size,
+                        limit,
+                    });
+                }
+                _ => run.push(record),
             }
         }
         flush(&mut run, &mut steps);
@@ -1899,13 +1916,12 @@ impl<'s> BatchStream<'s> {
             last_source_offset: plain.last_offset(),
             records: plain.records.len() as i32,
         };
-        let ticket = self.shared.tracker().begin(
+        let ticket = self.shared.tracker().begin_batch(
             &key.0,
             key.1,
             span.first_source_offset,
-            None,
             plain.size,
-            1,
+            plain.records.len() as u32,
         );
         Stats::add(&self.shared.stats.produced, plain.records.len() as u64);
         let sent = self
@@ -1954,6 +1970,9 @@ impl<'s> BatchStream<'s> {
         }
         if !refused.is_empty() {
             self.skip_refused_plain(key, target_topic, span, &refused);
+            self.shared
+                .tracker()
+                .set_records(ticket, landed.len() as u32);
         }
         let acked = Acked {
             last_source_offset: span.last_source_offset,
