@@ -91,7 +91,7 @@ struct Entry {
     /// Target records produced from this source record and not yet acknowledged.
     pending: u32,
     /// Source records it stands for in the partition's counters: 1 (a record), or a batch's
-    /// count (the batch engine's tickets, [`Tracker::begin_batch`]).
+    /// count (the batch engine's tickets, [`OffsetTracker::begin_batch`]).
     records: u32,
     failed: bool,
 }
