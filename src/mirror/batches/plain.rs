@@ -24,6 +24,8 @@ use rdkafka::ClientConfig;
 
 use super::batch::PlainRecord;
 use crate::mirror::clients::{self, Cluster};
+// librdkafka's default `batch.size`, which is its default `message.max.bytes` too.
+use crate::mirror::limits::DEFAULT_BATCH_SIZE;
 use crate::native::produce::{produce, Outgoing, RawHeaders};
 
 /// Collects one send's delivery reports: per record (the opaque is its index), its target
@@ -123,8 +125,8 @@ impl PlainProducers {
                 let limit = config
                     .get("message.max.bytes")
                     .and_then(|v| v.parse::<usize>().ok())
-                    .unwrap_or(LIBRDKAFKA_BATCH_SIZE)
-                    .min(LIBRDKAFKA_BATCH_SIZE)
+                    .unwrap_or(DEFAULT_BATCH_SIZE)
+                    .min(DEFAULT_BATCH_SIZE)
                     .min(max_batch);
                 config
                     .set("compression.type", codec_name(compression))
@@ -148,9 +150,6 @@ impl PlainProducers {
         Ok(reports)
     }
 }
-
-/// librdkafka's default `batch.size` and `message.max.bytes`.
-const LIBRDKAFKA_BATCH_SIZE: usize = 1_000_000;
 
 fn failure(code: &str, message: String) -> PlainFailure {
     PlainFailure {

@@ -216,8 +216,6 @@ struct PlainStep {
     compression: kafka_protocol::records::Compression,
     /// The source batch's size, for the tracker.
     size: usize,
-    /// The largest batch the target topic takes.
-    max_batch: usize,
 }
 
 impl PlainStep {
@@ -1163,8 +1161,8 @@ impl<'s> BatchStream<'s> {
                 let (outs, too_large) = match prepare(&batch, from, part.max_batch, stamp) {
                     Ok(outs) => (outs, None),
                     Err(BatchError::RepeatedHeaderKey { offset, .. }) => {
-                        let limits = (part.max_batch, part.topic_limit);
-                        match self.plain_steps(&batch, from, limits, (topic, partition), offset) {
+                        let limit = part.topic_limit;
+                        match self.plain_steps(&batch, from, limit, (topic, partition), offset) {
                             Ok(steps) => part.queue.extend(steps),
                             Err(e) => {
                                 self.shared.control.fail(format!(
@@ -1200,14 +1198,7 @@ impl<'s> BatchStream<'s> {
                 };
                 let mut sequence = stamp.base_sequence;
                 for out in outs {
-                    Stats::add(&self.shared.stats.consumed, out.records as u64);
-                    Stats::add(&self.shared.stats.consumed_bytes, out.size() as u64);
-                    self.shared.tracker().count_consumed(
-                        topic,
-                        partition,
-                        out.records.max(0) as u64,
-                        out.size() as u64,
-                    );
+                    self.count_read((topic, partition), out.records.max(0) as u64, out.size());
                     self.charge(out.throttle_cost());
                     engine
                         .producer
@@ -1225,8 +1216,7 @@ impl<'s> BatchStream<'s> {
                 let Some((offset, size, limit)) = too_large else {
                     break;
                 };
-                Stats::add(&self.shared.stats.consumed, 1);
-                self.shared.tracker().count_consumed(topic, partition, 1, 0);
+                self.count_read((topic, partition), 1, 0);
                 part.queue.push_back(Step::TooLarge {
                     offset,
                     size,
@@ -1249,7 +1239,7 @@ impl<'s> BatchStream<'s> {
                     None => break,
                     Some(Step::Send(q)) => q,
                     Some(Step::Plain(plain)) => {
-                        if !self.send_plain(key, &part.target_topic, &plain) {
+                        if !self.send_plain(key, (&part.target_topic, part.max_batch), &plain) {
                             // Nothing after it is sent: the stream stops here.
                             part.queue.clear();
                             return false;
@@ -1842,10 +1832,19 @@ impl<'s> BatchStream<'s> {
         }
     }
 
+    /// Source records read: `records` of `topic`/`partition`, `bytes` as they came, in the
+    /// stream's totals and the partition's counters.
+    fn count_read(&self, (topic, partition): (&str, i32), records: u64, bytes: usize) {
+        Stats::add(&self.shared.stats.consumed, records);
+        Stats::add(&self.shared.stats.consumed_bytes, bytes as u64);
+        self.shared
+            .tracker()
+            .count_consumed(topic, partition, records, bytes as u64);
+    }
+
     /// The steps for the records of `batch` from `from` on, which the codec refused to encode
     /// again: the record at `offset` repeats a header key. They go through librdkafka's
-    /// producer ([`Step::Plain`]), which carries headers as a list, in batches of at most
-    /// `max_batch` bytes. In an uncompressed batch, a record that alone makes a batch larger
+    /// producer ([`Step::Plain`]), which carries headers as a list. In an uncompressed batch, a record that alone makes a batch larger
     /// than its target topic's `max.message.bytes` (`topic_limit`, where it was read) is met as
     /// a send failure in its turn ([`Step::TooLarge`]), as on the engine's own path, rather
     /// than sent for the target to refuse with whatever records librdkafka put beside it.
@@ -1853,17 +1852,13 @@ impl<'s> BatchStream<'s> {
         &self,
         batch: &super::batch::SourceBatch,
         from: i64,
-        (max_batch, topic_limit): (usize, Option<usize>),
+        topic_limit: Option<usize>,
         (topic, partition): (&str, i32),
         offset: i64,
     ) -> Result<Vec<Step>, BatchError> {
         let records = plain_records(batch, from)?;
         let count = records.len() as u64;
-        Stats::add(&self.shared.stats.consumed, count);
-        Stats::add(&self.shared.stats.consumed_bytes, batch.size() as u64);
-        self.shared
-            .tracker()
-            .count_consumed(topic, partition, count, batch.size() as u64);
+        self.count_read((topic, partition), count, batch.size());
         self.charge((batch.size() as u64, count));
         tracing::debug!(
             stream = self.stream,
@@ -1880,7 +1875,6 @@ impl<'s> BatchStream<'s> {
                     records: std::mem::take(run),
                     compression,
                     size: batch.size(),
-                    max_batch,
                 }));
             }
         };
@@ -1909,8 +1903,14 @@ impl<'s> BatchStream<'s> {
     /// most one request wait, as a round): everything before it of its partition is
     /// acknowledged, and nothing after it is sent meanwhile. Acknowledged, the commit point
     /// moves past it and each record's target offset is mapped; a failure is a send failure
-    /// as a refused batch is. Returns `false` when the stream stops at it (abort mode).
-    fn send_plain(&self, key: &Partition, target_topic: &str, plain: &PlainStep) -> bool {
+    /// as a refused batch is. librdkafka's batches hold at most `max_batch` bytes, the
+    /// partition's. Returns `false` when the stream stops at it (abort mode).
+    fn send_plain(
+        &self,
+        key: &Partition,
+        (target_topic, max_batch): (&str, usize),
+        plain: &PlainStep,
+    ) -> bool {
         let span = Span {
             first_source_offset: plain.first_offset(),
             last_source_offset: plain.last_offset(),
@@ -1947,7 +1947,7 @@ impl<'s> BatchStream<'s> {
                 target_topic,
                 key.1,
                 plain.compression,
-                plain.max_batch,
+                max_batch,
                 &plain.records,
                 !self.settings.options.abort_on_send_failure,
             );
