@@ -1029,3 +1029,25 @@ fn copy_mode_batches_with_a_setting_it_cannot_serve_names_the_setting() {
         ],
     );
 }
+
+/// `--producers.per.stream` takes 1 to 16, and more than one is refused in the exactly-once
+/// mode, where a stream's one transactional producer carries its transactions.
+#[test]
+fn producers_per_stream_takes_1_to_16_and_one_with_exactly_once() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    for n in ["0", "17"] {
+        assert_refused(
+            &mirror_args(&c, &p, &["--producers.per.stream", n]),
+            &["--producers.per.stream", n],
+        );
+    }
+    assert_refused(
+        &mirror_args(
+            &c,
+            &p,
+            &["--producers.per.stream", "4", "--exactly.once", "true"],
+        ),
+        &["--producers.per.stream 4", "--exactly.once true"],
+    );
+}

@@ -1228,6 +1228,86 @@ fn java_mirror_maker_properties_files_work_unchanged_on_kafka_with_batches() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The record engine's producers.
+
+/// A record that arrives once the mirror has caught up is sent at once, not after the
+/// producer's `linger.ms`: with nothing more to read, the stream tells librdkafka to send
+/// what it holds back. Here `linger.ms` is a minute, so the record landing within 30 s is
+/// the stream's doing, not the linger running out.
+#[test]
+fn a_record_after_the_backlog_is_sent_without_waiting_for_linger_ms() {
+    const PARTITIONS: i32 = 2;
+    let started = Instant::now();
+    let lane = SharedPair::get(KAFKA_4).lane("lingering", PARTITIONS);
+    lane.write(0..100);
+    let mut mirror = lane
+        .mirror()
+        .producer(&[("linger.ms", "60000")])
+        .copy_mode(CopyMode::Records)
+        .commit_ms(300)
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    lane.write(100..101);
+    let written = Instant::now();
+    let on_target = || {
+        (0..PARTITIONS)
+            .map(|p| lane.target_records(lane.topic, p).len())
+            .sum::<usize>()
+    };
+    while on_target() < 101 && written.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let waited = written.elapsed();
+    assert!(
+        waited < Duration::from_secs(30),
+        "the record after the backlog waited for linger.ms: not on the target after {waited:?}"
+    );
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let c = lane.compare();
+    eprintln!(
+        "TRIAL linger kafka 4.4.0 records: linger.ms 60000, the record after the backlog on \
+         the target {:.1} s after it was written, {}, {:.0} s",
+        waited.as_secs_f64(),
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(c.source == 101 && c.is_exact(), "{c:?}");
+}
+
+/// With several producers per stream (`--producers.per.stream 4`), each target partition
+/// goes through one of them: every record lands, in order, while the source is written to.
+#[test]
+fn records_through_four_producers_per_stream_land_in_order() {
+    const PARTITIONS: i32 = 8;
+    let started = Instant::now();
+    let lane = SharedPair::get(KAFKA_4).lane("producers-per-stream", PARTITIONS);
+    lane.write(0..2000);
+    let mut mirror = lane
+        .mirror()
+        .copy_mode(CopyMode::Records)
+        .flag("--producers.per.stream", "4")
+        .commit_ms(300)
+        .start();
+    let trickle = lane.trickle(2000, 50);
+    std::thread::sleep(Duration::from_secs(3));
+    let written = trickle.stop();
+    lane.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let c = lane.compare();
+    eprintln!(
+        "TRIAL producers-per-stream kafka 4.4.0 records: 4 producers, {PARTITIONS} partitions, \
+         {}, {:.0} s",
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        c.source == written && c.is_exact(),
+        "{c:?}, log:\n{}",
+        mirror.log()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Transactions, compaction, broker faults.
 
 /// Committed and aborted transactions interleaved (the last one aborted): the mirror copies the

@@ -18,6 +18,56 @@ use crate::settings::client::ClientProps;
 /// [`serve_deliveries`]).
 const REPORT_WAIT_STEP: Duration = Duration::from_millis(1);
 
+/// What the waits of this module need of a producer, or of a stream's producers together
+/// ([`Producers`](crate::mirror::at_least_once::producers::Producers)).
+pub(crate) trait Reports {
+    /// Serves waiting delivery reports: at most one event per producer.
+    fn serve(&self);
+    /// Records handed over and not yet reported.
+    fn in_flight(&self) -> i32;
+    /// One librdkafka flush call that does not wait: whether nothing is in flight; it wakes
+    /// the broker threads to send what is queued.
+    fn nudge(&self) -> bool;
+    /// Purges what is queued and not yet on the wire.
+    fn purge_queued(&self);
+}
+
+impl<C: ProducerContext> Reports for BaseProducer<C> {
+    fn serve(&self) {
+        self.poll(Duration::ZERO);
+    }
+
+    fn in_flight(&self) -> i32 {
+        self.in_flight_count()
+    }
+
+    fn nudge(&self) -> bool {
+        self.flush(Duration::ZERO).is_ok()
+    }
+
+    fn purge_queued(&self) {
+        self.purge(PurgeConfig::default().queue());
+    }
+}
+
+impl<R: Reports + ?Sized> Reports for std::sync::Arc<R> {
+    fn serve(&self) {
+        (**self).serve();
+    }
+
+    fn in_flight(&self) -> i32 {
+        (**self).in_flight()
+    }
+
+    fn nudge(&self) -> bool {
+        (**self).nudge()
+    }
+
+    fn purge_queued(&self) {
+        (**self).purge_queued();
+    }
+}
+
 /// Waits until every record handed to `producer` has its delivery report served, for at most
 /// `timeout`; fails with the librdkafka timeout error otherwise. Not rust-rdkafka's own
 /// `flush`: it waits in steps of 100 ms that each last their whole 100 ms, so a flush of
@@ -25,18 +75,15 @@ const REPORT_WAIT_STEP: Duration = Duration::from_millis(1);
 /// own flush) 200 ms. Nor `poll` with a short timeout: below a millisecond left, it polls
 /// without waiting, in a loop (a spinning core). Here each waiting report is served at once,
 /// and the thread sleeps a millisecond only when none was waiting.
-pub(crate) fn flush<C: ProducerContext>(
-    producer: &BaseProducer<C>,
-    timeout: Duration,
-) -> KafkaResult<()> {
+pub(crate) fn flush<R: Reports + ?Sized>(producer: &R, timeout: Duration) -> KafkaResult<()> {
     flush_unless_stopped(producer, timeout, || false, Duration::ZERO)
 }
 
 /// Like [`flush`], for a wait that may outlast a stop (a revocation's, up to most of
 /// `max.poll.interval.ms`): once `stopped()` says a stop is requested, the wait goes on for
 /// at most `after_stop` more (the stop's own bound, `--shutdown.timeout.ms`).
-pub(crate) fn flush_unless_stopped<C: ProducerContext>(
-    producer: &BaseProducer<C>,
+pub(crate) fn flush_unless_stopped<R: Reports + ?Sized>(
+    producer: &R,
     timeout: Duration,
     stopped: impl Fn() -> bool,
     after_stop: Duration,
@@ -44,17 +91,17 @@ pub(crate) fn flush_unless_stopped<C: ProducerContext>(
     let mut deadline = StopBound::new(timeout, after_stop);
     // One librdkafka flush call that does not wait: done if nothing is in flight, and it
     // wakes the broker threads to send what is queued.
-    if producer.flush(Duration::ZERO).is_ok() {
+    if producer.nudge() {
         return Ok(());
     }
-    let mut in_flight = producer.in_flight_count();
+    let mut in_flight = producer.in_flight();
     while in_flight > 0 {
         if deadline.passed(&stopped) {
             return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
         }
         // Serves at most one event (a batch of delivery reports).
-        producer.poll(Duration::ZERO);
-        let left = producer.in_flight_count();
+        producer.serve();
+        let left = producer.in_flight();
         if left == in_flight {
             std::thread::sleep(REPORT_WAIT_STEP);
         }
@@ -108,8 +155,8 @@ pub(crate) fn request_timeout(producer: &ClientProps) -> Duration {
 /// purged (it never reaches the target). Waits at most `bound` (cut to `after_stop` once
 /// `stopped()`, as [`flush_unless_stopped`]); fails with the librdkafka timeout error if
 /// something is still in flight then.
-pub(crate) fn drain<C: ProducerContext>(
-    producer: &BaseProducer<C>,
+pub(crate) fn drain<R: Reports + ?Sized>(
+    producer: &R,
     bound: Duration,
     stopped: impl Fn() -> bool,
     after_stop: Duration,
@@ -118,12 +165,12 @@ pub(crate) fn drain<C: ProducerContext>(
     let mut purged_at: Option<Instant> = None;
     loop {
         if purged_at.is_none_or(|at| at.elapsed() >= PURGE_STEP) {
-            producer.purge(PurgeConfig::default().queue());
+            producer.purge_queued();
             purged_at = Some(Instant::now());
         }
         // Serves at most one event (a batch of delivery reports).
-        producer.poll(Duration::ZERO);
-        if producer.in_flight_count() == 0 {
+        producer.serve();
+        if producer.in_flight() == 0 {
             return Ok(());
         }
         if deadline.passed(&stopped) {
@@ -140,15 +187,11 @@ pub(crate) fn drain<C: ProducerContext>(
 /// librdkafka the time left in whole milliseconds, so the last partial millisecond of every
 /// wait is a loop of zero-timeout polls. The benchmark's profile of a stream waiting for room
 /// (1 KiB records, the target the bottleneck) had 30% of the thread reading the clock.
-pub(crate) fn serve_deliveries<C: ProducerContext>(
-    producer: &BaseProducer<C>,
-    stats: &Stats,
-    wait: Duration,
-) {
+pub(crate) fn serve_deliveries<R: Reports + ?Sized>(producer: &R, stats: &Stats, wait: Duration) {
     let deadline = Instant::now() + wait;
     loop {
         let acknowledged = Stats::get(&stats.acknowledged);
-        producer.poll(Duration::ZERO);
+        producer.serve();
         if Stats::get(&stats.acknowledged) != acknowledged {
             return;
         }

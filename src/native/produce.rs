@@ -130,3 +130,15 @@ pub fn produce<C: ProducerContext<DeliveryOpaque = usize>>(
         Err(err.into())
     }
 }
+
+/// Sends what `producer` holds back for `linger.ms` now: librdkafka's flush tells its broker
+/// threads to treat the linger as over for as long as the call lasts, here at most `wait`
+/// (whole milliseconds, at least one). The delivery reports are not served here (rust-rdkafka
+/// takes them as events, which only its poll serves), so the call lasts `wait` unless nothing
+/// is in flight.
+pub fn send_lingering<C: ProducerContext>(producer: &BaseProducer<C>, wait: std::time::Duration) {
+    let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX).max(1);
+    // SAFETY: a live producer handle; rd_kafka_flush is thread-safe and, with delivery reports
+    // as events, only waits for the message count (it serves no callback).
+    let _ = unsafe { rdsys::rd_kafka_flush(producer.client().native_ptr(), ms) };
+}

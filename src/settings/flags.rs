@@ -168,6 +168,16 @@ pub struct MirrorArgs {
     )]
     pub num_streams: u32,
 
+    /// Target producers per stream of the record engine (`--copy.mode records`), each target
+    /// partition always through the same one: librdkafka sends one partition per Produce
+    /// request and a broker serves one request per connection at a time, so more producers
+    /// cut the wait of records spread over many partitions. The batch engine puts many
+    /// partitions in one request and has no use for it; with --exactly.once true a stream
+    /// keeps its one transactional producer.
+    #[arg(long = "producers.per.stream", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub producers_per_stream: Option<u32>,
+
     /// How often acknowledged offsets are committed on the source.
     #[arg(long = "offset.commit.interval.ms", value_name = "MS", default_value_t = defaults::COMMIT_INTERVAL_MS,
           value_parser = clap::value_parser!(u64).range(1..))]

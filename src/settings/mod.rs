@@ -31,6 +31,7 @@ pub mod defaults {
     use super::flags::Partitioning;
 
     pub const NUM_STREAMS: u32 = 1;
+    pub const PRODUCERS_PER_STREAM: usize = 1;
     pub const COMMIT_INTERVAL_MS: u64 = 60_000;
     pub const ABORT_ON_SEND_FAILURE: bool = true;
     pub const NO_DATA_LOSS: bool = true;
@@ -129,6 +130,8 @@ pub struct Settings {
     pub on_handler_error: OnHandlerError,
     /// `--throttle.bytes.per.second`: the process's byte rate limit towards the target.
     pub throttle_bytes_per_second: Option<u64>,
+    /// `--producers.per.stream`: the record engine's producers per stream.
+    pub producers_per_stream: usize,
     /// `--throttle.records.per.second`: its record rate limit.
     pub throttle_records_per_second: Option<u64>,
     /// `--heartbeats.interval.ms`: heartbeats written to the source, and where.
@@ -265,6 +268,14 @@ impl Settings {
         settings.on_source_gap = args.on_source_gap;
         settings.throttle_bytes_per_second = args.throttle_bytes_per_second;
         settings.throttle_records_per_second = args.throttle_records_per_second;
+        if let Some(n) = args.producers_per_stream {
+            if exactly_once.is_some() && n > 1 {
+                return Err(SettingsError::Usage(format!(
+                    "--producers.per.stream {n}: with --exactly.once true each stream has one                      transactional producer; drop --producers.per.stream"
+                )));
+            }
+            settings.producers_per_stream = n as usize;
+        }
         if let Some(eo) = exactly_once {
             exactly_once::producer_props(&mut settings.producer);
             settings.exactly_once = Some(eo);
@@ -469,6 +480,7 @@ impl Settings {
             on_source_gap: defaults::ON_SOURCE_GAP,
             on_handler_error: OnHandlerError::Stop,
             throttle_bytes_per_second: None,
+            producers_per_stream: defaults::PRODUCERS_PER_STREAM,
             throttle_records_per_second: None,
             heartbeats: None,
             max_in_flight_records: (queue_messages / 2).max(1),
@@ -712,6 +724,12 @@ pub fn batch_unapplied(settings: &Settings) -> Vec<String> {
             ))
         })
         .collect();
+    if settings.producers_per_stream > 1 {
+        lines.push(format!(
+            "--producers.per.stream {} is not applied by the batch engine (--copy.mode auto or              batches): it puts many partitions in each Produce request, over one connection              per target broker and stream",
+            settings.producers_per_stream
+        ));
+    }
     let wait = batch_request_wait(settings);
     let asked = settings.producer.request_timeout();
     if wait < asked {

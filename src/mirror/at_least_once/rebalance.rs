@@ -13,11 +13,10 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaResult;
-use rdkafka::producer::Producer;
 use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::Offset;
 
-use super::delivery::MirrorProducer;
+use super::producers::Producers;
 use crate::mirror::commit::{commit_sync, follow_positions};
 use crate::mirror::flush;
 use crate::mirror::offsets::{CommitPoint, OffsetTracker};
@@ -41,7 +40,7 @@ pub(crate) type MirrorSource = Source<SourceContext>;
 
 pub(crate) struct SourceContext {
     pub(crate) shared: Arc<StreamShared>,
-    pub(crate) producer: Arc<MirrorProducer>,
+    pub(crate) producer: Arc<Producers>,
     /// How long a revocation waits for the records in flight before purging what is left and
     /// committing what was acknowledged: with [`Self::drain_limit`], within the group's
     /// rebalance timeout (`max.poll.interval.ms`), so that the member rejoins in time.

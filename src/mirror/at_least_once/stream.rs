@@ -1,6 +1,6 @@
-//! One mirror stream: a consumer in the group and a producer, on one thread.
+//! One mirror stream: a consumer in the group and its producers ([`Producers`]), on one thread.
 //!
-//! The loop: poll the producer (delivery reports advance the tracker), poll the consumer,
+//! The loop: poll the producers (delivery reports advance the tracker), poll the consumer,
 //! produce each record as it is (borrowed from the consumer, no copy of our own), commit on the
 //! timer. When too much is unacknowledged the assigned partitions are paused, and the consumer
 //! keeps being polled so the stream stays in the group.
@@ -13,11 +13,12 @@ use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{Producer, PurgeConfig};
 
-use super::delivery::{send_failed, send_failed_because, DeliveryContext, MirrorProducer};
+use super::delivery::{send_failed, send_failed_because};
+use super::producers::Producers;
 use super::rebalance::{MirrorConsumer, MirrorSource, SourceContext};
 use crate::mirror::clients::{self, Cluster};
 use crate::mirror::commit::{commit_async, commit_stored, final_commit, follow_positions};
-use crate::mirror::flush::{self, serve_deliveries};
+use crate::mirror::flush::{self, serve_deliveries, Reports};
 use crate::mirror::limits::TargetLimits;
 use crate::mirror::mapping::ledger::StreamMapping;
 use crate::mirror::mapping::store::MappingStore;
@@ -70,7 +71,7 @@ pub(crate) struct Stream<'s> {
     stream: usize,
     settings: &'s Settings,
     shared: Arc<StreamShared>,
-    producer: Arc<MirrorProducer>,
+    producer: Arc<Producers>,
     /// The source consumer and our poll of its queue.
     source: MirrorSource,
     subscription: Subscription,
@@ -118,21 +119,13 @@ impl<'s> Stream<'s> {
             settings.options.abort_on_send_failure,
             store.map(|s| StreamMapping::new(s)),
         );
-        let producer: MirrorProducer = settings
-            .producer
-            .client_config()
-            .create_with_context(DeliveryContext {
-                shared: shared.clone(),
-                limits: limits.clone(),
-                producer: std::sync::OnceLock::new(),
-            })
+        let producer = Producers::new(settings, &shared, &limits, settings.producers_per_stream)
             .map_err(|source| StreamError::Create {
                 stream: id,
                 client: "target producer",
                 source,
             })?;
         let producer = Arc::new(producer);
-        let _ = producer.context().producer.set(Arc::downgrade(&producer));
         let plugin_error = |source| StreamError::Plugin { stream: id, source };
         let handler = settings
             .handler
@@ -215,13 +208,20 @@ impl<'s> Stream<'s> {
         let mut next_commit = Instant::now() + self.settings.options.commit_interval;
         let mut next_refresh = Instant::now() + self.settings.options.topic_refresh_interval;
         while !self.shared.control.stop_requested() {
-            self.producer.poll(Duration::ZERO);
+            self.producer.serve();
             self.make_room();
             self.recreate_missing_targets();
             // Partitions of a topic found created again, assigned since the check.
             self.restart_recreated();
-            // Held by the throttle: back as its debt is paid, not a whole interval later.
-            let polled = self.source.poll(self.hold.poll_wait(POLL_INTERVAL));
+            // Caught up with the source: what the producers hold back for linger.ms waits for
+            // no more records, so it goes now (a trickle is copied at once, a backlog still
+            // in full batches). Held by the throttle: back as its debt is paid, not a whole
+            // interval later.
+            let mut polled = self.source.poll(Duration::ZERO);
+            if matches!(polled, Polled::Nothing) {
+                self.producer.cut_linger();
+                polled = self.source.poll(self.hold.poll_wait(POLL_INTERVAL));
+            }
             self.last_consumer_poll.set(Instant::now());
             match polled {
                 Polled::Nothing => {}
@@ -429,7 +429,9 @@ impl<'s> Stream<'s> {
         }
         for m in &missing {
             if let Ok(name) = std::ffi::CString::new(m.target_topic.as_str()) {
-                metadata::refresh_now(self.producer.client(), self.stream, &name);
+                for producer in self.producer.all() {
+                    metadata::refresh_now(producer.client(), self.stream, &name);
+                }
             }
         }
         let assignment = self.source.consumer().assignment().unwrap_or_default();
@@ -661,9 +663,11 @@ impl<'s> Stream<'s> {
             }
         };
         let mut waiting_since: Option<Instant> = None;
+        let producer = self.producer.of(&target, out.partition);
         loop {
-            match produce(&self.producer, &target, &mut out) {
+            match produce(producer, &target, &mut out) {
                 Ok(()) => {
+                    self.producer.handed(producer);
                     Stats::add(&self.shared.stats.produced, 1);
                     self.unknown_partitions.known(&target);
                     if let Destination::DeadLetter(_) = to {
@@ -676,7 +680,7 @@ impl<'s> Stream<'s> {
                     // since (a source topic that grew, its target grown before the new
                     // partitions were assigned, metadata not yet on every broker): ask the
                     // target, per topic, until topic.metadata.propagation.max.ms has passed.
-                    let client = self.producer.client();
+                    let client = producer.client();
                     match self
                         .unknown_partitions
                         .refused(client, self.stream, &target)
@@ -717,7 +721,7 @@ impl<'s> Stream<'s> {
                         tracing::debug!(stream = self.stream, "producer queue full; waiting");
                         waiting_since = Some(now);
                     }
-                    if self.producer.in_flight_count() == 0 {
+                    if producer.in_flight_count() == 0 {
                         // Nothing queued that could make room: this record alone is larger
                         // than the queue's byte limit, and would wait for ever.
                         let name = target.to_str().unwrap_or(topic);
@@ -814,7 +818,7 @@ impl<'s> Stream<'s> {
             }
             self.set_paused(true, records, bytes);
         }
-        self.producer.poll(Duration::ZERO);
+        self.producer.serve();
         let polled = self.source.poll(Duration::from_millis(10));
         self.last_consumer_poll.set(Instant::now());
         match polled {
