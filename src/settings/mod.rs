@@ -271,7 +271,8 @@ impl Settings {
         if let Some(n) = args.producers_per_stream {
             if exactly_once.is_some() && n > 1 {
                 return Err(SettingsError::Usage(format!(
-                    "--producers.per.stream {n}: with --exactly.once true each stream has one                      transactional producer; drop --producers.per.stream"
+                    "--producers.per.stream {n}: with --exactly.once true each stream has one \
+                     transactional producer; drop --producers.per.stream"
                 )));
             }
             settings.producers_per_stream = n as usize;
@@ -726,7 +727,9 @@ pub fn batch_unapplied(settings: &Settings) -> Vec<String> {
         .collect();
     if settings.producers_per_stream > 1 {
         lines.push(format!(
-            "--producers.per.stream {} is not applied by the batch engine (--copy.mode auto or              batches): it puts many partitions in each Produce request, over one connection              per target broker and stream",
+            "--producers.per.stream {} is not applied by the batch engine (--copy.mode auto or \
+             batches): it puts many partitions in each Produce request, over one connection \
+             per target broker and stream",
             settings.producers_per_stream
         ));
     }
@@ -901,6 +904,20 @@ mod tests {
         let lines = batch_unapplied(&settings(&[("compression.type", "zstd")]));
         assert_eq!(lines.len(), 1, "{lines:?}");
         for needle in ["`compression.type = zstd`", "p.toml", "--copy.mode records"] {
+            assert!(lines[0].contains(needle), "{needle:?} not in {}", lines[0]);
+        }
+    }
+
+    #[test]
+    fn producers_per_stream_the_batch_engine_does_not_use_are_named() {
+        let mut s = settings(&[]);
+        s.producers_per_stream = 4;
+        let lines = batch_unapplied(&s);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        for needle in [
+            "--producers.per.stream 4",
+            "not applied by the batch engine",
+        ] {
             assert!(lines[0].contains(needle), "{needle:?} not in {}", lines[0]);
         }
     }

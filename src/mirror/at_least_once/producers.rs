@@ -6,7 +6,7 @@
 //! partitions, one stream: the median record 8–13 ms later on the target, MirrorMaker 1's
 //! 1–3 ms; docs/benchmark.md):
 //! - librdkafka holds each partition's records for `linger.ms` (5 ms) hoping for more. A
-//!   stream that has read everything there is ([`Producers::send_lingering`]) knows no more
+//!   stream that has read everything there is ([`Producers::cut_linger`]) knows no more
 //!   are coming, and has librdkafka send at once: a trickle goes out record by record, a
 //!   backlog still in full batches;
 //! - librdkafka puts one partition in each Produce request (confluentinc/librdkafka#1700)
