@@ -100,23 +100,19 @@ impl Producers {
         Ok(Producers { set, cutter })
     }
 
-    /// The producer of target partition `topic`/`partition`: always the same one. A record
-    /// with no partition (`--partitioning hash`: librdkafka's partitioner picks it) goes
-    /// through the first, so that records of one key stay in order.
-    pub(crate) fn of(&self, topic: &CStr, partition: Option<i32>) -> &MirrorProducer {
-        &self.set.producers[index_of(topic, partition, self.set.producers.len())]
+    /// The producer of target partition `topic`/`partition`, with its index for
+    /// [`Self::handed`]: always the same one. A record with no partition (`--partitioning
+    /// hash`: librdkafka's partitioner picks it) goes through the first, so that records of
+    /// one key stay in order.
+    pub(crate) fn of(&self, topic: &CStr, partition: Option<i32>) -> (usize, &MirrorProducer) {
+        let i = index_of(topic, partition, self.set.producers.len());
+        (i, &self.set.producers[i])
     }
 
-    /// `producer` (one of these) took a record: the next cut of the linger covers it.
-    pub(crate) fn handed(&self, producer: &MirrorProducer) {
-        let i = self
-            .set
-            .producers
-            .iter()
-            .position(|p| std::ptr::eq(&**p, producer));
-        if let Some(i) = i {
-            self.set.handed[i].fetch_add(1, Ordering::SeqCst);
-        }
+    /// Producer `i` (as [`Self::of`] gave it) took a record: the next cut of the linger
+    /// covers it.
+    pub(crate) fn handed(&self, i: usize) {
+        self.set.handed[i].fetch_add(1, Ordering::SeqCst);
     }
 
     /// Every producer.

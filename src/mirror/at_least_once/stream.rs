@@ -663,11 +663,11 @@ impl<'s> Stream<'s> {
             }
         };
         let mut waiting_since: Option<Instant> = None;
-        let producer = self.producer.of(&target, out.partition);
+        let (lane, producer) = self.producer.of(&target, out.partition);
         loop {
             match produce(producer, &target, &mut out) {
                 Ok(()) => {
-                    self.producer.handed(producer);
+                    self.producer.handed(lane);
                     Stats::add(&self.shared.stats.produced, 1);
                     self.unknown_partitions.known(&target);
                     if let Destination::DeadLetter(_) = to {
