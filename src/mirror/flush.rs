@@ -12,6 +12,7 @@ use rdkafka::producer::{
 };
 
 use super::state::Stats;
+use crate::native::produce::send_lingering;
 use crate::settings::client::ClientProps;
 
 /// How long a wait for delivery reports sleeps when none was waiting ([`flush`],
@@ -25,9 +26,9 @@ pub(crate) trait Reports {
     fn serve(&self);
     /// Records handed over and not yet reported.
     fn in_flight(&self) -> i32;
-    /// One librdkafka flush call that does not wait: whether nothing is in flight; it wakes
-    /// the broker threads to send what is queued.
-    fn nudge(&self) -> bool;
+    /// Waits `wait` while librdkafka sends at once what it holds back for `linger.ms`
+    /// ([`send_lingering`]); serves no report.
+    fn send_held(&self, wait: Duration);
     /// Purges what is queued and not yet on the wire.
     fn purge_queued(&self);
 }
@@ -41,8 +42,8 @@ impl<C: ProducerContext> Reports for BaseProducer<C> {
         self.in_flight_count()
     }
 
-    fn nudge(&self) -> bool {
-        self.flush(Duration::ZERO).is_ok()
+    fn send_held(&self, wait: Duration) {
+        send_lingering(self, wait);
     }
 
     fn purge_queued(&self) {
@@ -59,8 +60,8 @@ impl<R: Reports + ?Sized> Reports for std::sync::Arc<R> {
         (**self).in_flight()
     }
 
-    fn nudge(&self) -> bool {
-        (**self).nudge()
+    fn send_held(&self, wait: Duration) {
+        (**self).send_held(wait);
     }
 
     fn purge_queued(&self) {
@@ -74,7 +75,9 @@ impl<R: Reports + ?Sized> Reports for std::sync::Arc<R> {
 /// anything took 100 ms at least, and an exactly-once transaction (a flush, then the commit's
 /// own flush) 200 ms. Nor `poll` with a short timeout: below a millisecond left, it polls
 /// without waiting, in a loop (a spinning core). Here each waiting report is served at once,
-/// and the thread sleeps a millisecond only when none was waiting.
+/// and the thread waits a millisecond only when none was waiting, in a librdkafka flush
+/// ([`Reports::send_held`]): what librdkafka holds back for `linger.ms` goes at once, so a
+/// revocation's, a shutdown's or a transaction's flush does not wait the linger out.
 pub(crate) fn flush<R: Reports + ?Sized>(producer: &R, timeout: Duration) -> KafkaResult<()> {
     flush_unless_stopped(producer, timeout, || false, Duration::ZERO)
 }
@@ -89,11 +92,6 @@ pub(crate) fn flush_unless_stopped<R: Reports + ?Sized>(
     after_stop: Duration,
 ) -> KafkaResult<()> {
     let mut deadline = StopBound::new(timeout, after_stop);
-    // One librdkafka flush call that does not wait: done if nothing is in flight, and it
-    // wakes the broker threads to send what is queued.
-    if producer.nudge() {
-        return Ok(());
-    }
     let mut in_flight = producer.in_flight();
     while in_flight > 0 {
         if deadline.passed(&stopped) {
@@ -103,7 +101,9 @@ pub(crate) fn flush_unless_stopped<R: Reports + ?Sized>(
         producer.serve();
         let left = producer.in_flight();
         if left == in_flight {
-            std::thread::sleep(REPORT_WAIT_STEP);
+            // Not a sleep: records librdkafka holds for `linger.ms` would wait it out (a
+            // minute if the producer file says so), the flush's whole bound.
+            producer.send_held(REPORT_WAIT_STEP);
         }
         in_flight = left;
     }
@@ -288,5 +288,46 @@ pub fn send_waiting<Q: RecordQueue, K: ToBytes + ?Sized, P: ToBytes + ?Sized>(
             }
             Err((e, _)) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use rdkafka::config::ClientConfig;
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext};
+
+    use super::flush;
+
+    const TOPIC: &str = "orders";
+
+    /// A mock target with `TOPIC`, and a producer to it that holds records for a minute.
+    fn lingering_producer() -> (MockCluster<'static, DefaultProducerContext>, BaseProducer) {
+        let cluster = MockCluster::new(1).expect("a mock cluster");
+        cluster.create_topic(TOPIC, 1, 1).expect("the topic");
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("linger.ms", "60000")
+            .create()
+            .expect("a producer");
+        (cluster, producer)
+    }
+
+    #[test]
+    fn a_flush_sends_what_linger_ms_holds_back_at_once() {
+        let (_cluster, producer) = lingering_producer();
+        producer
+            .send(BaseRecord::to(TOPIC).key("k").payload("v"))
+            .expect("queued");
+        let started = Instant::now();
+        // A revocation's flush waits far less than the linger: it must not wait it out.
+        flush(&producer, Duration::from_secs(10)).unwrap_or_else(|e| {
+            panic!(
+                "the record held for linger.ms (60 s) was not sent by the flush: {e} after {:?}",
+                started.elapsed()
+            )
+        });
     }
 }

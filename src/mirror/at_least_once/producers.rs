@@ -177,13 +177,11 @@ impl Reports for Producers {
         self.in_flight_count()
     }
 
-    fn nudge(&self) -> bool {
-        // Every producer nudged: each has its own broker threads to wake.
-        let mut idle = true;
-        for p in self.all() {
-            idle &= p.nudge();
+    fn send_held(&self, wait: Duration) {
+        // Each producer that holds records, in turn: each has its own broker threads.
+        for p in self.all().filter(|p| p.in_flight_count() > 0) {
+            p.send_held(wait);
         }
-        idle
     }
 
     fn purge_queued(&self) {
