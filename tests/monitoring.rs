@@ -1,7 +1,8 @@
 //! What a user's Prometheus and Grafana see of the mirror (deploy/prometheus, deploy/grafana):
 //! the alert rules checked and unit-tested by promtool, Debian's Prometheus scraping a running
-//! mirror (librdkafka's mock clusters, no JVM) with the rules loaded, and every metric the
-//! dashboard and the rules name read from the `/metrics` of a running mirror.
+//! mirror with the rules loaded (the record engine on librdkafka's mock clusters; its batch
+//! engine twin on Apache Kafka, since that engine does not speak to the mock), and every
+//! metric the dashboard and the rules name read from the `/metrics` of a running mirror.
 //!
 //! promtool and prometheus come with Debian's package `prometheus`, which `./scripts/test`
 //! installs when absent; `PROMTOOL` and `PROMETHEUS` name other binaries.
@@ -92,37 +93,67 @@ fn alert_rules(file: &yaml_rust2::Yaml) -> Vec<&yaml_rust2::Yaml> {
         .collect()
 }
 
-/// A mirror of [`RECORDS`] records on mock clusters, serving metrics, once it has committed
-/// them all.
+/// A mirror of [`RECORDS`] records of [`PARTITIONS`] partitions, serving metrics, once it
+/// has committed them all: the record engine on mock clusters, the batch engine (which does
+/// not speak to librdkafka's mock) on a lane of this process's shared Kafka pair.
 struct RunningMirror {
-    _clusters: MockPair,
+    _clusters: Option<MockPair>,
     _mirror: Mirror,
     metrics: String,
+    /// The source topic.
+    topic: &'static str,
 }
 
-fn running_mirror() -> RunningMirror {
-    let clusters = MockPair::new(TOPIC, PARTITIONS);
-    clusters.write(0..RECORDS);
+fn running_mirror(mode: CopyMode) -> RunningMirror {
     let metrics = free_local_addr();
-    let mut mirror = clusters
-        .mirror()
-        .commit_ms(200)
-        .metrics_addr(&metrics)
-        .start();
-    wait_until(Duration::from_secs(30), "the mirror ready", || {
-        http_get(&metrics, "/health/ready").0 == 200
-    });
-    wait_committed(
-        &mut mirror,
-        &clusters.src(),
-        TOPIC,
-        PARTITIONS,
-        RECORDS as i64,
-    );
-    RunningMirror {
-        _clusters: clusters,
-        _mirror: mirror,
-        metrics,
+    let ready = |metrics: &str| {
+        wait_until(Duration::from_secs(30), "the mirror ready", || {
+            http_get(metrics, "/health/ready").0 == 200
+        })
+    };
+    match mode {
+        CopyMode::Records => {
+            let clusters = MockPair::new(TOPIC, PARTITIONS);
+            clusters.write(0..RECORDS);
+            let mut mirror = clusters
+                .mirror()
+                .copy_mode(mode)
+                .commit_ms(200)
+                .metrics_addr(&metrics)
+                .start();
+            ready(&metrics);
+            wait_committed(
+                &mut mirror,
+                &clusters.src(),
+                TOPIC,
+                PARTITIONS,
+                RECORDS as i64,
+            );
+            RunningMirror {
+                _clusters: Some(clusters),
+                _mirror: mirror,
+                metrics,
+                topic: TOPIC,
+            }
+        }
+        CopyMode::Batches => {
+            let lane = kafka::SharedPair::get(kafka::KAFKA_4).lane(mode.named(TOPIC), PARTITIONS);
+            lane.write(0..RECORDS);
+            let mut mirror = lane
+                .mirror()
+                .copy_mode(mode)
+                .commit_ms(200)
+                .metrics_addr(&metrics)
+                .start();
+            ready(&metrics);
+            lane.wait_caught_up(&mut mirror);
+            RunningMirror {
+                _clusters: None,
+                _mirror: mirror,
+                metrics,
+                topic: lane.topic,
+            }
+        }
     }
 }
 
@@ -319,8 +350,21 @@ fn served_names(exposition: &str) -> BTreeSet<String> {
 
 #[test]
 fn a_prometheus_scraping_a_running_mirror_stores_its_records_series_and_evaluates_the_rules() {
+    scraped(CopyMode::Records);
+}
+
+#[test]
+fn a_prometheus_scraping_a_running_mirror_stores_its_records_series_and_evaluates_the_rules_with_batches(
+) {
+    scraped(CopyMode::Batches);
+}
+
+/// Prometheus scraping a mirror of `mode` that has copied [`RECORDS`] records stores its
+/// records series, per source partition where the mirror keeps them so, every dashboard
+/// query is one it accepts, and the alert rules evaluate, none firing.
+fn scraped(mode: CopyMode) {
     let started = Instant::now();
-    let mirror = running_mirror();
+    let mirror = running_mirror(mode);
     let prometheus = Prometheus::start(&mirror.metrics);
     let consumed = "sum(mirror_records_consumed_total{job=\"mirror-maker\"})";
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -362,7 +406,7 @@ fn a_prometheus_scraping_a_running_mirror_stores_its_records_series_and_evaluate
     ] {
         let partitions: BTreeSet<&str> = series
             .iter()
-            .filter(|s| s["__name__"] == name && s["topic"] == TOPIC)
+            .filter(|s| s["__name__"] == name && s["topic"] == mirror.topic)
             .map(|s| s["partition"].as_str().unwrap())
             .collect();
         assert_eq!(partitions, BTreeSet::from(["0", "1", "2", "3"]), "{name}");
@@ -401,7 +445,7 @@ fn a_prometheus_scraping_a_running_mirror_stores_its_records_series_and_evaluate
         assert!(Instant::now() < deadline, "rules not evaluated: {groups}");
         std::thread::sleep(Duration::from_millis(200));
     }
-    eprintln!("scrape test took {:?}", started.elapsed());
+    eprintln!("scrape test ({}) took {:?}", mode.flag(), started.elapsed());
 }
 
 /// A mirror that has met every event its labelled families count, since a family with labels
@@ -483,9 +527,10 @@ fn mirror_that_met_every_event() -> RunningMirror {
         },
     );
     RunningMirror {
-        _clusters: clusters,
+        _clusters: Some(clusters),
         _mirror: mirror,
         metrics,
+        topic: TOPIC,
     }
 }
 
