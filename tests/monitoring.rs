@@ -105,55 +105,33 @@ struct RunningMirror {
 }
 
 fn running_mirror(mode: CopyMode) -> RunningMirror {
-    let metrics = free_local_addr();
-    let ready = |metrics: &str| {
-        wait_until(Duration::from_secs(30), "the mirror ready", || {
-            http_get(metrics, "/health/ready").0 == 200
-        })
+    let mock = (mode == CopyMode::Records).then(|| MockPair::new(TOPIC, PARTITIONS));
+    let on_kafka;
+    let lane: &Endpoints = match &mock {
+        Some(pair) => pair,
+        None => {
+            on_kafka = kafka::SharedPair::get(kafka::KAFKA_4).lane(mode.named(TOPIC), PARTITIONS);
+            &on_kafka
+        }
     };
-    match mode {
-        CopyMode::Records => {
-            let clusters = MockPair::new(TOPIC, PARTITIONS);
-            clusters.write(0..RECORDS);
-            let mut mirror = clusters
-                .mirror()
-                .copy_mode(mode)
-                .commit_ms(200)
-                .metrics_addr(&metrics)
-                .start();
-            ready(&metrics);
-            wait_committed(
-                &mut mirror,
-                &clusters.src(),
-                TOPIC,
-                PARTITIONS,
-                RECORDS as i64,
-            );
-            RunningMirror {
-                _clusters: Some(clusters),
-                _mirror: mirror,
-                metrics,
-                topic: TOPIC,
-            }
-        }
-        CopyMode::Batches => {
-            let lane = kafka::SharedPair::get(kafka::KAFKA_4).lane(mode.named(TOPIC), PARTITIONS);
-            lane.write(0..RECORDS);
-            let mut mirror = lane
-                .mirror()
-                .copy_mode(mode)
-                .commit_ms(200)
-                .metrics_addr(&metrics)
-                .start();
-            ready(&metrics);
-            lane.wait_caught_up(&mut mirror);
-            RunningMirror {
-                _clusters: None,
-                _mirror: mirror,
-                metrics,
-                topic: lane.topic,
-            }
-        }
+    lane.write(0..RECORDS);
+    let metrics = free_local_addr();
+    let mut mirror = lane
+        .mirror()
+        .copy_mode(mode)
+        .commit_ms(200)
+        .metrics_addr(&metrics)
+        .start();
+    wait_until(Duration::from_secs(30), "the mirror ready", || {
+        http_get(&metrics, "/health/ready").0 == 200
+    });
+    lane.wait_caught_up(&mut mirror);
+    let topic = lane.topic;
+    RunningMirror {
+        _clusters: mock,
+        _mirror: mirror,
+        metrics,
+        topic,
     }
 }
 
