@@ -15,7 +15,7 @@ use super::state::Stats;
 use crate::native::produce::send_lingering;
 use crate::settings::client::ClientProps;
 
-/// How long a wait for delivery reports sleeps when none was waiting ([`flush`],
+/// How long a wait for delivery reports waits when none was waiting ([`flush`],
 /// [`serve_deliveries`]).
 const REPORT_WAIT_STEP: Duration = Duration::from_millis(1);
 
