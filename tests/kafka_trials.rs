@@ -1276,15 +1276,15 @@ fn a_record_after_the_backlog_is_sent_without_waiting_for_linger_ms() {
 
 /// An exactly-once transaction does not wait out the producer's `linger.ms` before it
 /// commits: its flush has librdkafka send what it holds back at once. Here `linger.ms` is
-/// 30 s, so every record committed within 15 s is the flush's doing, not the linger running
-/// out (each transaction waited the whole linger before).
+/// 30 s, so records committed within 15 s of being written, once the mirror has copied a
+/// first one, is the flush's doing, not the linger running out (each transaction waited the
+/// whole linger before).
 #[test]
 fn an_exactly_once_transaction_does_not_wait_out_linger_ms() {
     const PARTITIONS: i32 = 2;
     let started = Instant::now();
     let lane = SharedPair::get(KAFKA_4).lane("lingering-transactions", PARTITIONS);
-    lane.write(0..100);
-    let written = Instant::now();
+    lane.write(0..1);
     let mut mirror = lane
         .mirror()
         .producer(&[("linger.ms", "30000")])
@@ -1292,28 +1292,24 @@ fn an_exactly_once_transaction_does_not_wait_out_linger_ms() {
         .flag("--offset.mapping.topic", "lingering-transactions.offsets")
         .commit_ms(300)
         .start();
+    // Started, its transactional producer ready, the target topic made.
+    lane.wait_caught_up(&mut mirror);
+    lane.write(1..101);
+    let written = Instant::now();
     // The target read `read_committed` (librdkafka's default): a record counts once its
-    // transaction committed. The target topic may not exist yet.
+    // transaction committed.
     let on_target = || {
         (0..PARTITIONS)
-            .map(|p| {
-                mirror_maker::tools::compare::read_records(
-                    &lane.dst,
-                    lane.topic,
-                    p,
-                    Duration::from_secs(10),
-                )
-                .map_or(0, |r| r.len())
-            })
+            .map(|p| lane.target_records(lane.topic, p).len())
             .sum::<usize>()
     };
-    while on_target() < 100 && written.elapsed() < Duration::from_secs(15) {
+    while on_target() < 101 && written.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(100));
     }
     let waited = written.elapsed();
     assert!(
-        on_target() == 100,
-        "the transaction waited for linger.ms: {} of 100 records committed on the target \
+        waited < Duration::from_secs(15),
+        "the transactions waited for linger.ms: {} of 101 records committed on the target \
          after {waited:?}; log:\n{}",
         on_target(),
         mirror.log()
@@ -1322,12 +1318,12 @@ fn an_exactly_once_transaction_does_not_wait_out_linger_ms() {
     let c = lane.compare();
     eprintln!(
         "TRIAL linger kafka 4.4.0 exactly once: linger.ms 30000, 100 records committed on the \
-         target {:.1} s after they were written (the mirror's start included), {}, {:.0} s",
+         target {:.1} s after they were written, {}, {:.0} s",
         waited.as_secs_f64(),
         c.summary(),
         started.elapsed().as_secs_f64()
     );
-    assert!(c.source == 100 && c.is_exact(), "{c:?}");
+    assert!(c.source == 101 && c.is_exact(), "{c:?}");
 }
 
 /// With several producers per stream (`--producers.per.stream 4`), each target partition
