@@ -223,13 +223,22 @@ fn a_source_topic_that_disappears_is_dropped_and_picked_up_again() {
         "{c:?}\nlog:\n{}",
         mirror.log()
     );
+    // The other topic: every record, in order, unchanged. Not necessarily once: the rejoins
+    // that drop and take back the vanished topic can cost the mock's group a generation while
+    // the other topic's commits are on their way (IllegalGeneration, then its assignment
+    // lost, seen once in a loaded CI run), and a lost assignment is copied again from the
+    // last commit (duplicates, no loss).
     let other = compare_topic(&clusters.src(), &clusters.dst(), "orders.other", 2).unwrap();
     assert!(
-        other.is_exact() && other.source == 700,
+        other.source == 700 && other.lost == 0 && other.changed == 0 && other.in_order,
         "{other:?}\nlog:\n{}",
         mirror.log()
     );
-    eprintln!("TRIAL topic-vanishes: a source topic unknown for a while was dropped and resumed, the other kept flowing; 1,500 records exact");
+    eprintln!(
+        "TRIAL topic-vanishes: a source topic unknown for a while was dropped and resumed \
+         (800 records exact), the other kept flowing (700 records, 0 lost, {} duplicated)",
+        other.duplicated
+    );
 }
 
 #[test]
