@@ -324,10 +324,11 @@ mod tests {
         let cluster = MockCluster::new(1).expect("a mock cluster");
         let producer: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", cluster.bootstrap_servers())
-            .set("statistics.interval.ms", "100")
+            .set("statistics.interval.ms", "1000")
             .create()
             .expect("a producer");
-        // Statistics events queue up; no record was ever handed over.
+        // A statistics event queues up (one a second: not two before the flush, which serves
+        // one event a step); no record was ever handed over.
         let deadline = Instant::now() + Duration::from_secs(10);
         while producer.in_flight_count() == 0 {
             assert!(Instant::now() < deadline, "no statistics event was queued");
