@@ -1248,16 +1248,7 @@ fn a_record_after_the_backlog_is_sent_without_waiting_for_linger_ms() {
         .start();
     lane.wait_caught_up(&mut mirror);
     lane.write(100..101);
-    let written = Instant::now();
-    let on_target = || {
-        (0..PARTITIONS)
-            .map(|p| lane.target_records(lane.topic, p).len())
-            .sum::<usize>()
-    };
-    while on_target() < 101 && written.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let waited = written.elapsed();
+    let waited = wait_on_target(&lane, 101, Duration::from_secs(30));
     assert!(
         waited < Duration::from_secs(30),
         "the record after the backlog waited for linger.ms: not on the target after {waited:?}"
@@ -1295,23 +1286,14 @@ fn an_exactly_once_transaction_does_not_wait_out_linger_ms() {
     // Started, its transactional producer ready, the target topic made.
     lane.wait_caught_up(&mut mirror);
     lane.write(1..101);
-    let written = Instant::now();
     // The target read `read_committed` (librdkafka's default): a record counts once its
     // transaction committed.
-    let on_target = || {
-        (0..PARTITIONS)
-            .map(|p| lane.target_records(lane.topic, p).len())
-            .sum::<usize>()
-    };
-    while on_target() < 101 && written.elapsed() < Duration::from_secs(15) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let waited = written.elapsed();
+    let waited = wait_on_target(&lane, 101, Duration::from_secs(15));
     assert!(
         waited < Duration::from_secs(15),
         "the transactions waited for linger.ms: {} of 101 records committed on the target \
          after {waited:?}; log:\n{}",
-        on_target(),
+        records_on_target(&lane),
         mirror.log()
     );
     assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
@@ -1324,6 +1306,23 @@ fn an_exactly_once_transaction_does_not_wait_out_linger_ms() {
         started.elapsed().as_secs_f64()
     );
     assert!(c.source == 101 && c.is_exact(), "{c:?}");
+}
+
+/// How many records the target holds in `lane`'s topic, every partition.
+fn records_on_target(lane: &Endpoints) -> usize {
+    (0..lane.partitions)
+        .map(|p| lane.target_records(lane.topic, p).len())
+        .sum()
+}
+
+/// Waits, from now, until the target holds `count` records in `lane`'s topic or `within`
+/// has passed; returns how long it waited.
+fn wait_on_target(lane: &Endpoints, count: usize, within: Duration) -> Duration {
+    let from = Instant::now();
+    while records_on_target(lane) < count && from.elapsed() < within {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    from.elapsed()
 }
 
 /// With several producers per stream (`--producers.per.stream 4`), each target partition

@@ -307,13 +307,16 @@ mod tests {
 
     const TOPIC: &str = "orders";
 
-    /// A mock target with `TOPIC`, and a producer to it that holds records for a minute.
-    fn lingering_producer() -> (MockCluster<'static, DefaultProducerContext>, BaseProducer) {
+    /// A mock target with `TOPIC`, and a producer to it with the config `key` = `value`.
+    fn producer_with(
+        key: &str,
+        value: &str,
+    ) -> (MockCluster<'static, DefaultProducerContext>, BaseProducer) {
         let cluster = MockCluster::new(1).expect("a mock cluster");
         cluster.create_topic(TOPIC, 1, 1).expect("the topic");
         let producer: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", cluster.bootstrap_servers())
-            .set("linger.ms", "60000")
+            .set(key, value)
             .create()
             .expect("a producer");
         (cluster, producer)
@@ -321,12 +324,7 @@ mod tests {
 
     #[test]
     fn a_flush_with_no_time_left_ends_well_when_only_statistics_wait() {
-        let cluster = MockCluster::new(1).expect("a mock cluster");
-        let producer: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", cluster.bootstrap_servers())
-            .set("statistics.interval.ms", "1000")
-            .create()
-            .expect("a producer");
+        let (_cluster, producer) = producer_with("statistics.interval.ms", "1000");
         // A statistics event queues up (one a second: not two before the flush, which serves
         // one event a step); no record was ever handed over.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -340,7 +338,8 @@ mod tests {
 
     #[test]
     fn a_flush_sends_what_linger_ms_holds_back_at_once() {
-        let (_cluster, producer) = lingering_producer();
+        // It holds records for a minute.
+        let (_cluster, producer) = producer_with("linger.ms", "60000");
         producer
             .send(BaseRecord::to(TOPIC).key("k").payload("v"))
             .expect("queued");
