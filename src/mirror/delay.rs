@@ -77,9 +77,13 @@ impl ReplicationDelay {
 
 impl Marks {
     fn observe(&mut self, now: Instant, high: i64, replicated: Option<i64>) {
+        let only = self.marks.len() == 1;
         match self.marks.back_mut() {
             // The same high watermark seen again: everything below it was there by the
-            // later time too, which makes the tighter mark.
+            // later time too, which makes the tighter mark. Not when it is the only mark and
+            // the target does not have it all: that is the first statistics of a partition
+            // behind from the start, the moment its delay counts from.
+            Some((_, last)) if *last == high && only && replicated.is_none_or(|r| r < high) => {}
             Some((seen, last)) if *last == high => *seen = now,
             _ => self.marks.push_back((now, high)),
         }
@@ -197,6 +201,22 @@ mod tests {
         d.observe(t0 + Duration::from_secs(30), &seen(2000, 1000));
         d.observe(t0 + Duration::from_secs(35), &seen(2000, 2000));
         assert_eq!(delay_of(&d, t0 + Duration::from_secs(35)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_partition_behind_from_its_first_statistics_counts_from_then_while_its_end_stays() {
+        // The target cut off before any statistics saw the partition caught up, and no new
+        // record on the source: the same high watermark seen again does not move the moment
+        // from which it counts.
+        let d = ReplicationDelay::default();
+        let t0 = Instant::now();
+        for i in 0..=12 {
+            d.observe(t0 + Duration::from_secs(5 * i), &seen(500, 250));
+        }
+        assert_eq!(
+            delay_of(&d, t0 + Duration::from_secs(60)),
+            Duration::from_secs(60)
+        );
     }
 
     #[test]
