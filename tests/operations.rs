@@ -1156,6 +1156,32 @@ fn ready_does_not_wait_for_an_assignment() {
     assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
 }
 
+/// A client's first statistics can come before it has tried any broker (a producer with
+/// nothing to send connects when it needs to); that is not a cluster out of reach. Ready once
+/// at start, the mirror stays ready while both clusters are up.
+#[test]
+fn ready_at_start_stays_ready_before_the_clients_connect() {
+    let clusters = MockPair::new(TOPIC, 2);
+    let addr = free_local_addr();
+    let mut mirror = clusters
+        .mirror()
+        .consumer(STATISTICS)
+        .producer(STATISTICS)
+        .metrics_addr(&addr)
+        .start();
+    wait_until(Duration::from_secs(30), "ready", || {
+        http_get(&addr, "/health/ready").0 == 200
+    });
+    // Several statistics intervals of both clients, the assignment among them.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < until {
+        let (status, why) = http_get(&addr, "/health/ready");
+        assert_eq!(status, 200, "{why}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
+}
+
 /// Ready means both clusters reachable: the source going away is not ready too.
 #[test]
 fn not_ready_while_the_source_is_down() {

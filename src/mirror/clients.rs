@@ -170,10 +170,20 @@ pub(crate) fn target_error(shared: &StreamShared, error: &KafkaError, reason: &s
     );
 }
 
-/// The producer's statistics say whether any target broker is connected.
+/// The producer's statistics say whether the target cluster is in reach ([`in_reach`]).
 pub(crate) fn target_statistics(shared: &StreamShared, statistics: &rdkafka::Statistics) {
-    let up = statistics.brokers.values().any(|b| b.state == "UP");
     shared
         .target_up
-        .store(up, std::sync::atomic::Ordering::Relaxed);
+        .store(in_reach(statistics), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a client's statistics say its cluster is in reach: a broker connected, or no
+/// broker tried yet. librdkafka connects when it needs to, so a client's first statistics can
+/// come while no broker it knows has had a connection attempt (`INIT`, none counted); the
+/// cluster answered the start's probe, and nothing has failed since. (A broker whose
+/// connection was lost goes back to `INIT` too, with its attempts counted.)
+pub(crate) fn in_reach(statistics: &rdkafka::Statistics) -> bool {
+    let brokers = || statistics.brokers.values();
+    brokers().any(|b| b.state == "UP")
+        || brokers().all(|b| b.state == "INIT" && b.connects.unwrap_or(0) == 0)
 }

@@ -136,16 +136,17 @@ pub(crate) fn make_target_topics(
 }
 
 /// Keeps the lag of the assigned partitions (from the position of the next record to the
-/// high watermark), their replication delay ([`super::delay`]), and whether a source
-/// broker is connected. `unreplicated` gives the oldest offset of a partition consumed and
+/// high watermark), their replication delay ([`super::delay`]), and whether the source
+/// cluster is in reach ([`clients::in_reach`]). `unreplicated` gives the oldest offset of a partition consumed and
 /// not yet on the target, if any.
 pub(crate) fn statistics(
     shared: &StreamShared,
     statistics: &rdkafka::Statistics,
     unreplicated: impl Fn(&str, i32) -> Option<i64>,
 ) {
-    let up = statistics.brokers.values().any(|b| b.state == "UP");
-    shared.source_up.store(up, Ordering::Relaxed);
+    shared
+        .source_up
+        .store(clients::in_reach(statistics), Ordering::Relaxed);
     let mut lag = Vec::new();
     let mut observations = Vec::new();
     for (topic, t) in &statistics.topics {

@@ -30,7 +30,8 @@ const COMMIT_FAILURES_NOT_READY: u64 = 3;
 
 /// Whether the mirror is ready: running (every stream made, which happens once both
 /// clusters answered at start), both clusters reachable (every stream's consumer and producer
-/// had a broker connected in their latest statistics), and no stop requested. `Err` says why
+/// had a broker connected, or had tried none yet, in their latest statistics:
+/// `mirror::clients::in_reach`), and no stop requested. `Err` says why
 /// not. An assignment is not needed: a mirror whose whitelist matches nothing yet, or one of
 /// more instances than partitions, is running as it should; [`assignment`] tells it apart.
 ///
