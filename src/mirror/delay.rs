@@ -79,11 +79,14 @@ impl Marks {
     fn observe(&mut self, now: Instant, high: i64, replicated: Option<i64>) {
         let only = self.marks.len() == 1;
         match self.marks.back_mut() {
+            // The only mark, and the target known not to have everything below it: the first
+            // statistics of a partition behind from the start, the moment its delay counts
+            // from, stays; the same end seen again is a second mark, the one kept tight.
+            Some((_, last)) if *last == high && only && replicated.is_some_and(|r| r < high) => {
+                self.marks.push_back((now, high))
+            }
             // The same high watermark seen again: everything below it was there by the
-            // later time too, which makes the tighter mark. Not when it is the only mark and
-            // the target does not have it all: that is the first statistics of a partition
-            // behind from the start, the moment its delay counts from.
-            Some((_, last)) if *last == high && only && replicated.is_none_or(|r| r < high) => {}
+            // later time too, which makes the tighter mark.
             Some((seen, last)) if *last == high => *seen = now,
             _ => self.marks.push_back((now, high)),
         }
@@ -216,6 +219,46 @@ mod tests {
         assert_eq!(
             delay_of(&d, t0 + Duration::from_secs(60)),
             Duration::from_secs(60)
+        );
+    }
+
+    #[test]
+    fn a_partition_behind_from_its_first_statistics_counts_from_its_last_end_once_copied() {
+        // Behind from the first statistics, then the target has everything up to that end in
+        // the interval in which one more record arrives: the delay counts from the last time
+        // that end was seen, not from the first.
+        let d = ReplicationDelay::default();
+        let t0 = Instant::now();
+        for i in 0..12 {
+            d.observe(t0 + Duration::from_secs(5 * i), &seen(500, 250));
+        }
+        d.observe(t0 + Duration::from_secs(60), &seen(501, 500));
+        assert_eq!(
+            delay_of(&d, t0 + Duration::from_secs(60)),
+            Duration::from_secs(5)
+        );
+    }
+
+    #[test]
+    fn a_partition_with_nothing_known_replicated_and_no_new_record_is_at_most_one_interval_behind()
+    {
+        // Nothing consumed by this process yet (an idle partition after a restart): what the
+        // target has is not known, and no record arrives to be behind on.
+        let d = ReplicationDelay::default();
+        let t0 = Instant::now();
+        for i in 0..=12 {
+            d.observe(
+                t0 + Duration::from_secs(5 * i),
+                &[Observation {
+                    partition: ("orders".to_owned(), 0),
+                    high_watermark: 1000,
+                    replicated_to: None,
+                }],
+            );
+        }
+        assert_eq!(
+            delay_of(&d, t0 + Duration::from_secs(64)),
+            Duration::from_secs(4)
         );
     }
 
