@@ -178,12 +178,81 @@ pub(crate) fn target_statistics(shared: &StreamShared, statistics: &rdkafka::Sta
 }
 
 /// Whether a client's statistics say its cluster is in reach: a broker connected, or no
-/// broker tried yet. librdkafka connects when it needs to, so a client's first statistics can
-/// come while no broker it knows has had a connection attempt (`INIT`, none counted); the
-/// cluster answered the start's probe, and nothing has failed since. (A broker whose
-/// connection was lost goes back to `INIT` too, with its attempts counted.)
+/// broker failed yet. librdkafka connects when it needs to, so a client's first statistics can
+/// come before it has tried a broker, or while its first try is under way; the cluster
+/// answered the start's probe, and nothing has failed since. No broker at all is not in reach.
 pub(crate) fn in_reach(statistics: &rdkafka::Statistics) -> bool {
     let brokers = || statistics.brokers.values();
     brokers().any(|b| b.state == "UP")
-        || brokers().all(|b| b.state == "INIT" && b.connects.unwrap_or(0) == 0)
+        || (!statistics.brokers.is_empty() && brokers().all(not_failed_yet))
+}
+
+/// A broker with no failure yet: no connection attempt (`INIT`, none counted), or its first
+/// one under way. A failed attempt leaves the broker `DOWN`, then `INIT` or `TRY_CONNECT`,
+/// with the attempt counted (`rdkafka_broker.c`); a lost connection counts a disconnect.
+fn not_failed_yet(b: &rdkafka::statistics::Broker) -> bool {
+    let connecting = matches!(
+        b.state.as_str(),
+        "CONNECT"
+            | "SSL_HANDSHAKE"
+            | "AUTH_LEGACY"
+            | "APIVERSION_QUERY"
+            | "AUTH_HANDSHAKE"
+            | "AUTH_REQ"
+    );
+    match (b.connects.unwrap_or(0), b.disconnects.unwrap_or(0)) {
+        (0, _) => true,
+        (1, 0) => connecting,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_reach;
+    use rdkafka::statistics::Broker;
+    use rdkafka::Statistics;
+
+    /// Statistics naming brokers in `(state, connection attempts, disconnects)`.
+    fn brokers(states: &[(&str, i64, i64)]) -> Statistics {
+        let mut statistics = Statistics::default();
+        for (i, (state, connects, disconnects)) in states.iter().enumerate() {
+            let broker = Broker {
+                name: format!("localhost:9092/{i}"),
+                state: state.to_string(),
+                connects: Some(*connects),
+                disconnects: Some(*disconnects),
+                ..Broker::default()
+            };
+            statistics.brokers.insert(broker.name.clone(), broker);
+        }
+        statistics
+    }
+
+    #[test]
+    fn one_broker_up_puts_the_cluster_in_reach() {
+        assert!(in_reach(&brokers(&[("UP", 1, 0), ("DOWN", 3, 1)])));
+    }
+
+    #[test]
+    fn brokers_not_tried_yet_or_in_their_first_try_are_in_reach() {
+        assert!(in_reach(&brokers(&[("INIT", 0, 0), ("TRY_CONNECT", 0, 0)])));
+        assert!(in_reach(&brokers(&[
+            ("INIT", 0, 0),
+            ("APIVERSION_QUERY", 1, 0)
+        ])));
+    }
+
+    #[test]
+    fn a_failed_try_or_a_lost_connection_is_out_of_reach() {
+        // A lost connection returns the broker to INIT, its attempt counted.
+        assert!(!in_reach(&brokers(&[("INIT", 1, 1)])));
+        assert!(!in_reach(&brokers(&[("DOWN", 1, 0), ("INIT", 0, 0)])));
+        assert!(!in_reach(&brokers(&[("CONNECT", 2, 0)])));
+    }
+
+    #[test]
+    fn no_broker_at_all_is_out_of_reach() {
+        assert!(!in_reach(&Statistics::default()));
+    }
 }

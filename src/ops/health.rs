@@ -30,7 +30,7 @@ const COMMIT_FAILURES_NOT_READY: u64 = 3;
 
 /// Whether the mirror is ready: running (every stream made, which happens once both
 /// clusters answered at start), both clusters reachable (every stream's consumer and producer
-/// had a broker connected, or had tried none yet, in their latest statistics:
+/// had a broker connected, or none failed yet, in their latest statistics:
 /// `mirror::clients::in_reach`), and no stop requested. `Err` says why
 /// not. An assignment is not needed: a mirror whose whitelist matches nothing yet, or one of
 /// more instances than partitions, is running as it should; [`assignment`] tells it apart.
