@@ -90,13 +90,13 @@ impl Marks {
             Some((seen, last)) if *last == high => *seen = now,
             _ => self.marks.push_back((now, high)),
         }
-        let Some(replicated) = replicated else {
+        if let Some(replicated) = replicated {
+            self.caught_up = replicated >= high;
+            while self.marks.len() > 1 && self.marks[1].1 <= replicated {
+                self.marks.pop_front();
+            }
+        } else {
             self.caught_up = false;
-            return;
-        };
-        self.caught_up = replicated >= high;
-        while self.marks.len() > 1 && self.marks[1].1 <= replicated {
-            self.marks.pop_front();
         }
         if self.marks.len() > MAX_MARKS {
             // Thin the oldest: the delay may then be measured from an earlier mark.
@@ -260,6 +260,26 @@ mod tests {
             delay_of(&d, t0 + Duration::from_secs(64)),
             Duration::from_secs(4)
         );
+    }
+
+    #[test]
+    fn marks_stay_bounded_while_what_the_target_has_is_not_known() {
+        let d = ReplicationDelay::default();
+        let t0 = Instant::now();
+        for i in 0..5000 {
+            d.observe(
+                t0 + Duration::from_secs(i),
+                &[Observation {
+                    partition: ("orders".to_owned(), 0),
+                    high_watermark: i as i64,
+                    replicated_to: None,
+                }],
+            );
+        }
+        let len = d.partitions.lock().unwrap()[&("orders".to_owned(), 0)]
+            .marks
+            .len();
+        assert!(len <= MAX_MARKS, "{len}");
     }
 
     #[test]
