@@ -172,9 +172,7 @@ pub(crate) fn target_error(shared: &StreamShared, error: &KafkaError, reason: &s
 
 /// The producer's statistics say whether the target cluster is in reach ([`in_reach`]).
 pub(crate) fn target_statistics(shared: &StreamShared, statistics: &rdkafka::Statistics) {
-    shared
-        .target_up
-        .store(in_reach(statistics), std::sync::atomic::Ordering::Relaxed);
+    shared.target_up.observe(in_reach(statistics));
 }
 
 /// Whether a client's statistics say its cluster is in reach: a broker connected, or no

@@ -3,7 +3,6 @@
 //! its offset commits, the target topics made before assigned partitions are fetched, the
 //! user's rebalance listener, and seeks.
 
-use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -144,9 +143,7 @@ pub(crate) fn statistics(
     statistics: &rdkafka::Statistics,
     unreplicated: impl Fn(&str, i32) -> Option<i64>,
 ) {
-    shared
-        .source_up
-        .store(clients::in_reach(statistics), Ordering::Relaxed);
+    shared.source_up.observe(clients::in_reach(statistics));
     let mut lag = Vec::new();
     let mut observations = Vec::new();
     for (topic, t) in &statistics.topics {

@@ -283,6 +283,42 @@ pub struct PartitionLag {
     pub records: i64,
 }
 
+/// Whether one stream's clients reach a cluster, for readiness. In reach until told
+/// otherwise: the stream is made once both clusters answered at start.
+#[derive(Debug, Default)]
+pub struct Reach {
+    /// Client statistics in a row that said the cluster is out of reach.
+    misses: AtomicU64,
+}
+
+impl Reach {
+    /// Statistics in a row that must say "out of reach" before the cluster is: one alone can
+    /// fall in a healthy connection's short windows (a re-authentication, a first try moving
+    /// to the broker's next address, a coordinator being looked up).
+    const MISSES: u64 = 2;
+
+    /// Whether the cluster is in reach.
+    pub fn up(&self) -> bool {
+        self.misses.load(Ordering::Relaxed) < Self::MISSES
+    }
+
+    /// One client statistics' word on it.
+    pub fn observe(&self, in_reach: bool) {
+        if in_reach {
+            self.misses.store(0, Ordering::Relaxed);
+        } else {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// What the stream itself found, taken at once (not statistics: a request answered, or
+    /// every try failing).
+    pub fn set(&self, up: bool) {
+        let misses = if up { 0 } else { Self::MISSES };
+        self.misses.store(misses, Ordering::Relaxed);
+    }
+}
+
 /// State one stream shares between its loop, its producer's delivery callbacks, its
 /// consumer's rebalance callbacks (all on the stream's own thread) and the operators' side
 /// (metrics scrapes, progress lines and systemd notification, on threads of their own).
@@ -297,10 +333,10 @@ pub struct StreamShared {
     pub abort_on_send_failure: bool,
     /// Set by the first assignment (possibly empty) this stream receives.
     pub assigned: AtomicBool,
-    /// Whether the producer's latest statistics showed a target broker connected.
-    pub target_up: AtomicBool,
-    /// Whether the consumer's latest statistics showed a source broker connected.
-    pub source_up: AtomicBool,
+    /// Whether the producers' statistics show the target cluster in reach.
+    pub target_up: Reach,
+    /// Whether the consumer's statistics show the source cluster in reach.
+    pub source_up: Reach,
     /// When the stream's loop last turned (ms since start), for the systemd watchdog.
     pub last_turn: AtomicU64,
     /// The source partitions assigned to this stream now (for the heartbeats: the instance
@@ -393,8 +429,8 @@ impl StreamShared {
             stats,
             abort_on_send_failure,
             assigned: false.into(),
-            target_up: true.into(),
-            source_up: true.into(),
+            target_up: Reach::default(),
+            source_up: Reach::default(),
             last_turn: Default::default(),
             owned: Default::default(),
             lag: Default::default(),
@@ -497,6 +533,33 @@ impl ShutdownGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_is_out_of_reach_after_two_statistics_in_a_row_say_so() {
+        let reach = Reach::default();
+        assert!(reach.up(), "in reach from the start");
+        reach.observe(false);
+        assert!(
+            reach.up(),
+            "one statistics alone can fall in a short window"
+        );
+        reach.observe(true);
+        reach.observe(false);
+        assert!(reach.up(), "the count starts again after one in reach");
+        reach.observe(false);
+        assert!(!reach.up());
+        reach.observe(true);
+        assert!(reach.up());
+    }
+
+    #[test]
+    fn what_the_stream_finds_itself_counts_at_once() {
+        let reach = Reach::default();
+        reach.set(false);
+        assert!(!reach.up());
+        reach.set(true);
+        assert!(reach.up());
+    }
 
     #[test]
     fn a_log_limit_lets_one_line_a_second_through_and_counts_the_rest() {

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +22,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 
 use super::metrics::registry;
-use crate::mirror::state::{Control, Stats, StreamShared};
+use crate::mirror::state::{Control, Reach, Stats, StreamShared};
 
 /// Commits failing in a row before the mirror says it is not ready: one failure is mended by
 /// the next commit; several mean the source refuses them (authorization, a group gone wrong).
@@ -53,20 +53,15 @@ pub fn readiness(
     if live.len() < streams {
         reasons.push(format!("{} of {streams} streams started", live.len()));
     }
-    let count = |flag: fn(&StreamShared) -> &AtomicBool| {
-        live.iter()
-            .filter(|s| flag(s).load(Ordering::Relaxed))
-            .count()
-    };
-    for (flag, client, cluster) in [
+    for (reach, client, cluster) in [
         (
-            (|s| &s.source_up) as fn(&StreamShared) -> &AtomicBool,
+            (|s| &s.source_up) as fn(&StreamShared) -> &Reach,
             "consumers",
             "source",
         ),
         (|s| &s.target_up, "producers", "target"),
     ] {
-        let up = count(flag);
+        let up = live.iter().filter(|s| reach(s).up()).count();
         if up < live.len() {
             reasons.push(format!(
                 "{up} of {} stream {client} reach the {cluster} cluster",
@@ -451,7 +446,7 @@ mod tests {
                 replicated_to: Some(10),
             }],
         );
-        stream.target_up.store(false, Ordering::Relaxed);
+        stream.target_up.set(false);
         let why = readiness(&stats, &Control::new(), 1, Some(Duration::from_secs(3)))
             .expect_err("not ready");
         assert!(

@@ -1130,7 +1130,7 @@ impl<'s> BatchStream<'s> {
                 since.elapsed().as_secs()
             );
         }
-        self.shared.source_up.store(true, Ordering::Relaxed);
+        self.shared.source_up.set(true);
         part.high_watermark = Some(data.high_watermark);
         let mut filter = AbortedFilter::new(data.aborted);
         let mut batches = split(data.records);
@@ -1393,9 +1393,7 @@ impl<'s> BatchStream<'s> {
                 return false;
             }
         }
-        self.shared
-            .target_up
-            .store(retries < keys.len(), Ordering::Relaxed);
+        self.shared.target_up.set(retries < keys.len());
         if retries == keys.len() {
             std::thread::sleep(RETRY_BACKOFF);
         }
