@@ -11,6 +11,22 @@ const PARTITIONS: i32 = 4;
 /// Statistics twice a second, so that lag and target reachability move quickly.
 const STATISTICS: &[(&str, &str)] = &[("statistics.interval.ms", "500")];
 
+/// A mirror of `clusters` serving metrics and health, with statistics twice a second, once
+/// it says it is ready; and its metrics address.
+fn ready_mirror(clusters: &MockPair) -> (Mirror, String) {
+    let addr = free_local_addr();
+    let mirror = clusters
+        .mirror()
+        .consumer(STATISTICS)
+        .producer(STATISTICS)
+        .metrics_addr(&addr)
+        .start();
+    wait_until(Duration::from_secs(30), "ready", || {
+        http_get(&addr, "/health/ready").0 == 200
+    });
+    (mirror, addr)
+}
+
 fn sum_over_partitions(exposition: &str, name: &str) -> f64 {
     (0..PARTITIONS)
         .filter_map(|p| {
@@ -909,16 +925,7 @@ fn health_answers_within_a_second_while_one_client_stalls_and_200_sit_idle() {
     use std::io::Write;
     use std::sync::mpsc;
     let clusters = MockPair::new(TOPIC, 2);
-    let addr = free_local_addr();
-    let mut mirror = clusters
-        .mirror()
-        .consumer(STATISTICS)
-        .producer(STATISTICS)
-        .metrics_addr(&addr)
-        .start();
-    wait_until(Duration::from_secs(30), "ready", || {
-        http_get(&addr, "/health/ready").0 == 200
-    });
+    let (mut mirror, addr) = ready_mirror(&clusters);
     let (stop, stopped) = mpsc::channel::<()>();
     let (started, first_byte) = mpsc::channel();
     let stalling = {
@@ -1162,16 +1169,7 @@ fn ready_does_not_wait_for_an_assignment() {
 #[test]
 fn ready_at_start_stays_ready_before_the_clients_connect() {
     let clusters = MockPair::new(TOPIC, 2);
-    let addr = free_local_addr();
-    let mut mirror = clusters
-        .mirror()
-        .consumer(STATISTICS)
-        .producer(STATISTICS)
-        .metrics_addr(&addr)
-        .start();
-    wait_until(Duration::from_secs(30), "ready", || {
-        http_get(&addr, "/health/ready").0 == 200
-    });
+    let (mut mirror, addr) = ready_mirror(&clusters);
     // Several statistics intervals of both clients, the assignment among them.
     let until = std::time::Instant::now() + Duration::from_secs(5);
     while std::time::Instant::now() < until {
@@ -1186,16 +1184,7 @@ fn ready_at_start_stays_ready_before_the_clients_connect() {
 #[test]
 fn not_ready_while_the_source_is_down() {
     let clusters = MockPair::new(TOPIC, 2);
-    let addr = free_local_addr();
-    let mut mirror = clusters
-        .mirror()
-        .consumer(STATISTICS)
-        .producer(STATISTICS)
-        .metrics_addr(&addr)
-        .start();
-    wait_until(Duration::from_secs(30), "ready", || {
-        http_get(&addr, "/health/ready").0 == 200
-    });
+    let (mut mirror, addr) = ready_mirror(&clusters);
     clusters.source.broker_down(1).unwrap();
     wait_until(
         Duration::from_secs(30),

@@ -128,6 +128,16 @@ mod tests {
         }]
     }
 
+    /// A partition's statistics when what the target has is not known (nothing consumed by
+    /// this process).
+    fn seen_unknown(high: i64) -> Vec<Observation> {
+        vec![Observation {
+            partition: ("orders".to_owned(), 0),
+            high_watermark: high,
+            replicated_to: None,
+        }]
+    }
+
     fn delay_of(d: &ReplicationDelay, now: Instant) -> Duration {
         d.delays(now)[0].1
     }
@@ -247,14 +257,7 @@ mod tests {
         let d = ReplicationDelay::default();
         let t0 = Instant::now();
         for i in 0..=12 {
-            d.observe(
-                t0 + Duration::from_secs(5 * i),
-                &[Observation {
-                    partition: ("orders".to_owned(), 0),
-                    high_watermark: 1000,
-                    replicated_to: None,
-                }],
-            );
+            d.observe(t0 + Duration::from_secs(5 * i), &seen_unknown(1000));
         }
         assert_eq!(
             delay_of(&d, t0 + Duration::from_secs(64)),
@@ -267,14 +270,7 @@ mod tests {
         let d = ReplicationDelay::default();
         let t0 = Instant::now();
         for i in 0..5000 {
-            d.observe(
-                t0 + Duration::from_secs(i),
-                &[Observation {
-                    partition: ("orders".to_owned(), 0),
-                    high_watermark: i as i64,
-                    replicated_to: None,
-                }],
-            );
+            d.observe(t0 + Duration::from_secs(i), &seen_unknown(i as i64));
         }
         let len = d.partitions.lock().unwrap()[&("orders".to_owned(), 0)]
             .marks
