@@ -1,8 +1,8 @@
 //! Network faults between the mirror and Apache Kafka: a blackhole (bytes vanish, no FIN, no
 //! RST) towards the target or the source, connections reset again and again, latency with
-//! jitter and loss, a thin link to the target. The mirror's clients reach each cluster through
-//! a TCP fault proxy (`tests/harness/src/faults.rs`); the test's own clients reach the brokers
-//! directly. Each trial asserts 0 lost and order kept per partition, counts duplicates (0
+//! jitter and loss, a thin link to the target; and `/health/ready` through a source cut off.
+//! The mirror's clients reach each cluster through a TCP fault proxy
+//! (`tests/harness/src/faults.rs`); the test's own clients reach the brokers directly. Each trial asserts 0 lost and order kept per partition, counts duplicates (0
 //! asserted where the mode promises it), the mirror still running through the fault, its
 //! commits held while the fault lasts (the fault bit) and resuming after, and a clean exit
 //! (0) at the end; it prints a `TRIAL` line with its figures for docs/guarantees.md.
@@ -528,6 +528,67 @@ fn source_blackhole_within_the_session(mode: CopyMode) {
         span.as_secs(),
         held.at_end,
         held.resumed_after,
+        c.summary(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The source cut off (every connection reset, then nothing answered): `/health/ready` says
+/// not ready, naming the source cluster, within a few statistics intervals (two in a row must
+/// say so), and ready again once the source is back; nothing lost. The batch engine's group
+/// consumer fetches nothing, so its statistics are what tell there too.
+#[test]
+fn a_source_cut_off_is_not_ready_naming_the_source_until_it_is_back() {
+    source_cut_off_readiness(CopyMode::Records);
+}
+
+#[test]
+fn a_source_cut_off_is_not_ready_naming_the_source_until_it_is_back_with_batches() {
+    source_cut_off_readiness(CopyMode::Batches);
+}
+
+fn source_cut_off_readiness(mode: CopyMode) {
+    let _serial = one_at_a_time();
+    let started = Instant::now();
+    let pair = FaultyPair::new(KAFKA_4, TOPIC, PARTITIONS);
+    pair.write(0..1000);
+    let addr = free_local_addr();
+    let statistics = [("statistics.interval.ms", "500")];
+    let mut mirror = pair
+        .mirror()
+        .copy_mode(mode)
+        .consumer(&statistics)
+        .producer(&statistics)
+        .args(ARGS)
+        .metrics_addr(&addr)
+        .start();
+    pair.wait_caught_up(&mut mirror);
+    let ready = |addr: &str| http_get(addr, "/health/ready");
+    mirror.wait_for("ready", |_| ready(&addr).0 == 200);
+    pair.source_link.blackhole();
+    pair.source_link.reset_all();
+    let cut = Instant::now();
+    let mut why = String::new();
+    mirror.wait_for("not ready, naming the source", |_| {
+        let (status, body) = ready(&addr);
+        why = body;
+        status == 503 && why.contains("reach the source cluster")
+    });
+    let not_ready_at = cut.elapsed().as_secs_f64();
+    pair.source_link.heal();
+    let healed = Instant::now();
+    mirror.wait_for("ready again", |_| ready(&addr).0 == 200);
+    let ready_again = healed.elapsed().as_secs_f64();
+    pair.write(1000..1100);
+    pair.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let c = compare_each(&pair);
+    assert_eq!((c.source, c.lost, c.changed), (1100, 0, 0), "{c:?}");
+    eprintln!(
+        "TRIAL {} kafka 4.4.0: not ready {not_ready_at:.1} s after the cut ({}), ready \
+         {ready_again:.1} s after the heal; 1100 records: {}, {:.0} s",
+        mode.named("source-cut-readiness"),
+        why.lines().next().unwrap_or_default(),
         c.summary(),
         started.elapsed().as_secs_f64()
     );

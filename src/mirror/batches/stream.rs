@@ -331,6 +331,12 @@ impl rdkafka::client::ClientContext for BatchContext {
             .sum();
         self.consumer_fetched.fetch_max(fetched, Ordering::Relaxed);
         self.statistics_seen.store(true, Ordering::Relaxed);
+        // The group consumer fetches nothing, but it keeps the group's connections: its
+        // statistics say whether the source is in reach, as the record engine's do (an
+        // answered fetch says so too).
+        self.shared
+            .source_up
+            .observe(clients::in_reach(&statistics));
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
