@@ -30,9 +30,9 @@ const COMMIT_FAILURES_NOT_READY: u64 = 3;
 
 /// Whether the mirror is ready: running (every stream made, which happens once both
 /// clusters answered at start), both clusters reachable (every stream's consumer and producer
-/// had a broker connected, or none failed yet, in their latest statistics:
-/// `mirror::clients::in_reach`), and no stop requested. `Err` says why
-/// not. An assignment is not needed: a mirror whose whitelist matches nothing yet, or one of
+/// has a broker connected, or none failed yet, by `mirror::clients::in_reach`; out of reach
+/// once two statistics in a row say so, `state::Reach`; what the batch engine's own requests
+/// find counts at once), and no stop requested. `Err` says why not. An assignment is not needed: a mirror whose whitelist matches nothing yet, or one of
 /// more instances than partitions, is running as it should; [`assignment`] tells it apart.
 ///
 /// With `--max.replication.delay.ms`, a replication delay above it is not ready either
