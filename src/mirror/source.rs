@@ -136,8 +136,8 @@ pub(crate) fn make_target_topics(
 
 /// Keeps the lag of the assigned partitions (from the position of the next record to the
 /// high watermark), their replication delay ([`super::delay`]), and whether the source
-/// cluster is in reach ([`clients::in_reach`]). `unreplicated` gives the oldest offset of a partition consumed and
-/// not yet on the target, if any.
+/// cluster is in reach ([`clients::in_reach`]). `unreplicated` gives the oldest offset of a
+/// partition consumed and not yet on the target, if any.
 pub(crate) fn statistics(
     shared: &StreamShared,
     statistics: &rdkafka::Statistics,
