@@ -2,10 +2,11 @@
 //! RST) towards the target or the source, connections reset again and again, latency with
 //! jitter and loss, a thin link to the target; and `/health/ready` through a source cut off.
 //! The mirror's clients reach each cluster through a TCP fault proxy
-//! (`tests/harness/src/faults.rs`); the test's own clients reach the brokers directly. Each trial asserts 0 lost and order kept per partition, counts duplicates (0
-//! asserted where the mode promises it), the mirror still running through the fault, its
-//! commits held while the fault lasts (the fault bit) and resuming after, and a clean exit
-//! (0) at the end; it prints a `TRIAL` line with its figures for docs/guarantees.md.
+//! (`tests/harness/src/faults.rs`); the test's own clients reach the brokers directly. Each
+//! trial asserts 0 lost and order kept per partition, counts duplicates (0 asserted where the
+//! mode promises it), the mirror still running through the fault, its commits held while the
+//! fault lasts (the fault bit) and resuming after, and a clean exit (0) at the end; it prints
+//! a `TRIAL` line with its figures for docs/guarantees.md.
 //!
 //! Run one: `cargo test --test kafka_faults NAME -- --test-threads 1 --nocapture`; the ignored
 //! ones: `cargo test --test kafka_faults -- --ignored --test-threads 1 --nocapture`.

@@ -32,8 +32,9 @@ const COMMIT_FAILURES_NOT_READY: u64 = 3;
 /// clusters answered at start), both clusters reachable (every stream's consumer and producer
 /// has a broker connected, or none failed yet, by `mirror::clients::in_reach`; out of reach
 /// once two statistics in a row say so, `state::Reach`; what the batch engine's own requests
-/// find counts at once), and no stop requested. `Err` says why not. An assignment is not needed: a mirror whose whitelist matches nothing yet, or one of
-/// more instances than partitions, is running as it should; [`assignment`] tells it apart.
+/// find counts at once), and no stop requested. `Err` says why not. An assignment is not
+/// needed: a mirror whose whitelist matches nothing yet, or one of more instances than
+/// partitions, is running as it should; [`assignment`] tells it apart.
 ///
 /// With `--max.replication.delay.ms`, a replication delay above it is not ready either
 /// (logged once as it passes the limit and once as it comes back under, whatever else is
