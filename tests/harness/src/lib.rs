@@ -797,17 +797,22 @@ pub fn build_c_handler(name: &str, defines: &[&str]) -> PathBuf {
     let out_dir = target_dir().join("c-plugins");
     std::fs::create_dir_all(&out_dir).expect("creating target/c-plugins");
     let lib = out_dir.join(format!("lib{name}.so"));
+    // Built aside and renamed into place: a test binary beside this one may be loading the
+    // same library, and must never read it half written.
+    let building = out_dir.join(format!("lib{name}.so.{}.tmp", std::process::id()));
     let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(compiler)
         .args(["-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-I"])
         .arg(root.join("include"))
         .args(defines.iter().map(|d| format!("-D{d}")))
         .arg("-o")
-        .arg(&lib)
+        .arg(&building)
         .arg(root.join("examples/c-handler/handler.c"))
         .status()
         .expect("running the C compiler (cc)");
     assert!(status.success(), "compiling the C handler failed");
+    std::fs::rename(&building, &lib)
+        .unwrap_or_else(|e| panic!("renaming {} to {}: {e}", building.display(), lib.display()));
     lib
 }
 
@@ -1247,32 +1252,79 @@ pub fn free_local_addr() -> String {
 /// binds later (a Kafka node, tansu, the mirror's metrics). It is taken below the kernel's
 /// ephemeral range (`net.ipv4.ip_local_port_range`): a port that `bind(0)` gives is one that
 /// an outgoing connection may get as its source port before the listener binds it, and a
-/// Kafka node of a CI run failed to start so ("Address already in use"). A test process hands
-/// each port out once, from a start that differs between processes.
+/// Kafka node of a CI run failed to start so ("Address already in use").
+///
+/// Test binaries run side by side (`./scripts/test`), and a port one hands out stays free
+/// until its node binds it, seconds later: another binary must not hand out the same one
+/// meanwhile. So the range is cut into blocks of [`PORT_BLOCK`] ports, and a test process
+/// claims a block for itself by locking its file in `$TMPDIR/mirror-test-ports/` (the kernel
+/// lets the lock go when the process ends, however it ends); it hands each port of its blocks
+/// out once, and claims another block when one runs out.
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    static START: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    use std::sync::Mutex;
+    struct Blocks {
+        held: Vec<std::fs::File>,
+        next: u32,
+        end: u32,
+    }
+    static BLOCKS: Mutex<Blocks> = Mutex::new(Blocks {
+        held: Vec::new(),
+        next: 0,
+        end: 0,
+    });
     let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
         .unwrap_or(32768);
-    let span = low.saturating_sub(1024).clamp(1, 10_000);
+    let span = low.saturating_sub(1024).clamp(PORT_BLOCK, 10_000);
     let first = low - span;
-    let start = *START.get_or_init(|| {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        std::process::id().wrapping_mul(2_654_435_761) ^ nanos
-    });
-    for _ in 0..span {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = (first + start.wrapping_add(n) % span) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
+    let count = span / PORT_BLOCK;
+    let mut blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        while blocks.next < blocks.end {
+            let port = blocks.next as u16;
+            blocks.next += 1;
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+        let block = claim_port_block(count, blocks.held.len() as u32);
+        blocks.next = first + block.0 * PORT_BLOCK;
+        blocks.end = blocks.next + PORT_BLOCK;
+        blocks.held.push(block.1);
+    }
+}
+
+/// How many ports a test process claims at a time ([`free_port`]).
+pub const PORT_BLOCK: u32 = 200;
+
+/// Claims one of `count` port blocks no other live process holds: its number and its locked
+/// file. Starts from a place that differs between processes (and moves on by `taken`).
+fn claim_port_block(count: u32, taken: u32) -> (u32, std::fs::File) {
+    let dir = std::env::temp_dir().join("mirror-test-ports");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let start = std::process::id().wrapping_mul(2_654_435_761) ^ nanos;
+    for k in 0..count {
+        let block = start.wrapping_add(k).wrapping_add(taken) % count;
+        let path = dir.join(format!("block-{block}.lock"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+        if file.try_lock().is_ok() {
+            return (block, file);
         }
     }
-    panic!("no free loopback port in {first}..{low}");
+    panic!(
+        "all {count} blocks of {PORT_BLOCK} loopback ports are held by other test processes \
+         (locks in {})",
+        dir.display()
+    );
 }
 
 /// `GET path` over HTTP/1.0: the status code and the body (status 0 if nothing answers).
