@@ -281,7 +281,7 @@ fn doc_job(cargo_args: &[String]) -> Job {
         "--workspace".to_owned(),
         "--doc".to_owned(),
     ];
-    args.extend(cargo_args.iter().cloned());
+    args.extend(without_target_selection(cargo_args));
     Job {
         name: "doc".into(),
         program: cargo.into(),
@@ -292,6 +292,36 @@ fn doc_job(cargo_args: &[String]) -> Job {
         expected: 60.0,
         gates: Vec::new(),
     }
+}
+
+/// The cargo arguments less those that select targets (`--all-targets`, `--test NAME`, ...),
+/// which cargo refuses beside `--doc`.
+fn without_target_selection(cargo_args: &[String]) -> Vec<String> {
+    const FLAGS: &[&str] = &[
+        "--all-targets",
+        "--lib",
+        "--bins",
+        "--tests",
+        "--benches",
+        "--examples",
+    ];
+    const WITH_VALUE: &[&str] = &["--bin", "--test", "--bench", "--example"];
+    let mut kept = Vec::new();
+    let mut args = cargo_args.iter();
+    while let Some(arg) = args.next() {
+        let name = arg.split('=').next().unwrap_or(arg);
+        if FLAGS.contains(&name) {
+            continue;
+        }
+        if WITH_VALUE.contains(&name) {
+            if !arg.contains('=') {
+                args.next();
+            }
+            continue;
+        }
+        kept.push(arg.clone());
+    }
+    kept
 }
 
 /// The libtest summary of a log: "N passed, M failed, K ignored" (summed over its
@@ -614,5 +644,38 @@ fn main() -> ExitCode {
     } else {
         println!("suite: failed: {}", failed.join(", "));
         ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|arg| arg.to_string()).collect()
+    }
+
+    #[test]
+    fn the_doc_tests_get_the_cargo_arguments_but_those_that_select_targets() {
+        let job = doc_job(&strings(&[
+            "--locked",
+            "--all-targets",
+            "--test",
+            "smoke",
+            "--bin=mirror-maker",
+            "--features",
+            "x",
+        ]));
+        assert_eq!(
+            job.args,
+            strings(&[
+                "test",
+                "--workspace",
+                "--doc",
+                "--locked",
+                "--features",
+                "x"
+            ])
+        );
     }
 }
