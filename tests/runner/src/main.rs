@@ -38,6 +38,22 @@ struct Job {
     expected: f64,
     /// Files that must exist (and say `ok`) before it starts.
     gates: Vec<PathBuf>,
+    /// libtest's `--test-threads` for this one (`--threads` when none).
+    threads: Option<u32>,
+    /// Run only these tests (`--exact`): one shard of a binary.
+    tests: Vec<String>,
+    /// Run through cargo (the doc tests): libtest's options go after `--`.
+    through_cargo: bool,
+}
+
+/// What `tests/suite.tsv` says of a binary.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Plan {
+    weight: u32,
+    seconds: f64,
+    /// Run as this many processes side by side, each a share of its tests.
+    shards: u32,
+    threads: Option<u32>,
 }
 
 struct Running {
@@ -149,11 +165,17 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target"))
 }
 
-/// `tests/suite.tsv`: NAME WEIGHT SECONDS per line, the weight and the expected duration of a
-/// binary (the durations of the last run, when there is one, order the run instead).
-fn read_plan(path: &Path) -> HashMap<String, (u32, f64)> {
+/// `tests/suite.tsv`, read from `path`.
+fn read_plan(path: &Path) -> HashMap<String, Plan> {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| usage(&format!("reading {}: {e}", path.display())));
+    parse_plan(&text).unwrap_or_else(|e| usage(&format!("{}:{e}", path.display())))
+}
+
+/// `tests/suite.tsv`: NAME WEIGHT SECONDS [SHARDS [THREADS]] per line: the weight, the expected
+/// duration (the durations of the last run, when there is one, order the run instead), how many
+/// processes share its tests (1) and libtest's `--test-threads` in each (`-`: `--threads`).
+fn parse_plan(text: &str) -> Result<HashMap<String, Plan>, String> {
     let mut plan = HashMap::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -162,23 +184,82 @@ fn read_plan(path: &Path) -> HashMap<String, (u32, f64)> {
         }
         let fields: Vec<&str> = line.split_whitespace().collect();
         let parsed = match fields.as_slice() {
-            [name, weight, seconds] => weight
-                .parse()
-                .ok()
-                .zip(seconds.parse().ok())
-                .map(|ws| (name.to_string(), ws)),
+            [name, weight, seconds, rest @ ..] if rest.len() <= 2 => (|| {
+                let shards = match rest.first() {
+                    Some(v) => v.parse().ok().filter(|&k: &u32| k >= 1)?,
+                    None => 1,
+                };
+                let threads = match rest.get(1) {
+                    Some(&"-") | None => None,
+                    Some(v) => Some(v.parse().ok().filter(|&t: &u32| t >= 1)?),
+                };
+                Some((
+                    name.to_string(),
+                    Plan {
+                        weight: weight.parse().ok()?,
+                        seconds: seconds.parse().ok()?,
+                        shards,
+                        threads,
+                    },
+                ))
+            })(),
             _ => None,
         };
-        let Some((name, ws)) = parsed else {
-            usage(&format!(
-                "{}:{}: expected NAME WEIGHT SECONDS, found {line:?}",
-                path.display(),
+        let Some((name, entry)) = parsed else {
+            return Err(format!(
+                "{}: expected NAME WEIGHT SECONDS [SHARDS [THREADS]] (numbers, SHARDS and \
+                 THREADS at least 1, THREADS `-` for --threads), found {line:?}",
                 n + 1
-            ))
+            ));
         };
-        plan.insert(name, ws);
+        plan.insert(name, entry);
     }
-    plan
+    Ok(plan)
+}
+
+/// The tests of a binary (`--list --format terse`), ignored ones too, in its order.
+fn list_tests(job: &Job) -> Result<Vec<String>, String> {
+    let out = Command::new(&job.program)
+        .args(["--list", "--format", "terse"])
+        .current_dir(&job.dir)
+        .envs(job.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running {} --list: {e}", job.program.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} --list: {}: {}",
+            job.program.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// `shards` jobs of `tests`, dealt in turn so that neighbours (a trial and its twin of the
+/// other engine, named alike) go to different shards: `NAME#1`, `NAME#2`, ...
+fn shard(job: &Job, tests: &[String], shards: u32) -> Vec<Job> {
+    let shards = (shards as usize).min(tests.len()).max(1);
+    (0..shards)
+        .map(|i| Job {
+            name: format!("{}#{}", job.name, i + 1),
+            program: job.program.clone(),
+            args: job.args.clone(),
+            dir: job.dir.clone(),
+            env: job.env.clone(),
+            weight: job.weight,
+            expected: job.expected / shards as f64,
+            gates: job.gates.clone(),
+            threads: job.threads,
+            tests: tests.iter().skip(i).step_by(shards).cloned().collect(),
+            through_cargo: job.through_cargo,
+        })
+        .collect()
 }
 
 /// The durations of the last run (`target/suite/last-run.tsv`), by binary.
@@ -271,6 +352,9 @@ fn job_of(artifact: &serde_json::Value) -> Option<Job> {
         weight: 1,
         expected: 60.0,
         gates: Vec::new(),
+        threads: None,
+        tests: Vec::new(),
+        through_cargo: false,
     })
 }
 
@@ -291,6 +375,9 @@ fn doc_job(cargo_args: &[String]) -> Job {
         weight: 1,
         expected: 60.0,
         gates: Vec::new(),
+        threads: None,
+        tests: Vec::new(),
+        through_cargo: true,
     }
 }
 
@@ -362,10 +449,14 @@ fn start(job: Job, threads: u32, logs: &Path) -> Running {
     // `--` on to libtest; a test binary takes libtest's options itself.
     let mut cmd = Command::new(&job.program);
     cmd.args(&job.args);
-    if !job.args.is_empty() {
+    if job.through_cargo {
         cmd.arg("--");
     }
+    let threads = job.threads.unwrap_or(threads);
     cmd.args(["--test-threads", &threads.to_string()]);
+    if !job.tests.is_empty() {
+        cmd.arg("--exact").args(&job.tests);
+    }
     use std::os::unix::process::CommandExt;
     cmd.current_dir(&job.dir)
         .envs(job.env.iter().map(|(k, v)| (k, v)))
@@ -438,18 +529,19 @@ fn main() -> ExitCode {
     jobs.retain(|j| {
         !options.skip.contains(&j.name) && options.only.as_ref().is_none_or(|o| o.contains(&j.name))
     });
-    for job in &mut jobs {
-        if let Some(&(weight, seconds)) = plan.get(&job.name) {
-            job.weight = weight.clamp(1, options.capacity);
-            job.expected = seconds;
+    let mut planned = Vec::new();
+    for mut job in jobs {
+        let mut shards = 1;
+        if let Some(entry) = plan.get(&job.name) {
+            job.weight = entry.weight.clamp(1, options.capacity);
+            job.expected = entry.seconds;
+            job.threads = entry.threads;
+            shards = entry.shards;
         } else {
             eprintln!(
                 "suite: {} is not in tests/suite.tsv: weight 1, expected 60 s",
                 job.name
             );
-        }
-        if let Some(&seconds) = last.get(&job.name) {
-            job.expected = seconds;
         }
         job.gates = options
             .gates
@@ -457,12 +549,35 @@ fn main() -> ExitCode {
             .filter(|(name, _)| name == "*" || *name == job.name)
             .map(|(_, file)| file.clone())
             .collect();
+        let mut parts = match shards {
+            1 => vec![job],
+            _ => match list_tests(&job) {
+                Ok(tests) => shard(&job, &tests, shards),
+                Err(e) => {
+                    eprintln!("suite: {} runs as one process: {e}", job.name);
+                    vec![job]
+                }
+            },
+        };
+        for part in &mut parts {
+            if let Some(&seconds) = last.get(&part.name) {
+                part.expected = seconds;
+            }
+        }
+        planned.extend(parts);
     }
+    let mut jobs = planned;
     // Longest first: the long binaries start at once, the short ones fill the gaps.
     jobs.sort_by(|a, b| b.expected.total_cmp(&a.expected));
     if options.list {
         for job in &jobs {
-            println!("{}\t{}\t{:.0}", job.name, job.weight, job.expected);
+            println!(
+                "{}\t{}\t{:.0}\t{}",
+                job.name,
+                job.weight,
+                job.expected,
+                job.threads.unwrap_or(options.threads)
+            );
         }
         return ExitCode::SUCCESS;
     }
@@ -653,6 +768,71 @@ mod tests {
 
     fn strings(args: &[&str]) -> Vec<String> {
         args.iter().map(|arg| arg.to_string()).collect()
+    }
+
+    fn a_job(name: &str) -> Job {
+        Job {
+            name: name.into(),
+            program: PathBuf::from("/bin/true"),
+            args: Vec::new(),
+            dir: PathBuf::from("/"),
+            env: Vec::new(),
+            weight: 2,
+            expected: 90.0,
+            gates: Vec::new(),
+            threads: Some(1),
+            tests: Vec::new(),
+            through_cargo: false,
+        }
+    }
+
+    #[test]
+    fn a_plan_line_may_give_shards_and_threads() {
+        let plan = parse_plan(
+            "# comment\nkafka_faults 2 900 3 1\nkafka_trials 2 700 1 4\nsmoke 2 60\nx 1 5 2 -\n",
+        )
+        .unwrap();
+        let entry = |weight, seconds, shards, threads| Plan {
+            weight,
+            seconds,
+            shards,
+            threads,
+        };
+        assert_eq!(plan["kafka_faults"], entry(2, 900.0, 3, Some(1)));
+        assert_eq!(plan["kafka_trials"], entry(2, 700.0, 1, Some(4)));
+        assert_eq!(plan["smoke"], entry(2, 60.0, 1, None));
+        assert_eq!(plan["x"], entry(1, 5.0, 2, None));
+    }
+
+    #[test]
+    fn a_plan_line_that_cannot_be_read_is_refused_naming_its_line() {
+        for bad in ["a 1", "a 1 5 0", "a 1 5 2 0", "a x 5", "a 1 5 2 3 4"] {
+            let e = parse_plan(&format!("ok 1 1\n{bad}\n")).unwrap_err();
+            assert!(e.starts_with("2: "), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn shards_take_every_test_once_neighbours_apart() {
+        let tests = strings(&["a", "a_with_batches", "b", "b_with_batches", "c"]);
+        let shards = shard(&a_job("kafka_faults"), &tests, 2);
+        let names: Vec<&str> = shards.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["kafka_faults#1", "kafka_faults#2"]);
+        assert_eq!(shards[0].tests, strings(&["a", "b", "c"]));
+        assert_eq!(
+            shards[1].tests,
+            strings(&["a_with_batches", "b_with_batches"])
+        );
+        assert_eq!(shards[0].expected, 45.0);
+        assert_eq!(shards[0].threads, Some(1));
+    }
+
+    #[test]
+    fn no_more_shards_than_tests() {
+        let tests = strings(&["only"]);
+        let shards = shard(&a_job("one"), &tests, 3);
+        assert_eq!(shards.len(), 1);
+        assert_eq!(shards[0].tests, tests);
     }
 
     #[test]
