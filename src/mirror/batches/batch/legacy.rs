@@ -265,7 +265,7 @@ fn to_batch(
             reason: "its messages hold no record".into(),
         });
     }
-    let encoded = encode(&out, compression, first, |_, r| r.offset - first, first)?;
+    let encoded = encode(&out, compression, first)?;
     let mut bytes = BytesMut::with_capacity(encoded.size());
     bytes.put_slice(&encoded.header);
     bytes.put_slice(&encoded.body);

@@ -802,16 +802,14 @@ impl Encoded {
     }
 }
 
-/// One v2 batch of `records` (at least one) in `compression`, as Kafka's `DefaultRecordBatch`
-/// lays it out: base offset `base_offset`, record `i` at offset delta `delta(i, record)`
-/// (increasing, checked), each record's fields as it holds them (`records::write`), base
+/// One v2 batch of `records` (at least one, at increasing offsets within an int32 of the
+/// first's, checked) in `compression`, as Kafka's `DefaultRecordBatch` lays it out: base offset
+/// the first record's, each record's fields as it holds them (`records::write`), base
 /// timestamp the least of the records', max timestamp the greatest, no partition leader
 /// epoch, no producer. `offset` names the records at fault in an error.
 fn encode(
     records: &[Record],
     compression: Compression,
-    base_offset: i64,
-    delta: impl Fn(usize, &Record) -> i64,
     offset: i64,
 ) -> Result<Encoded, BatchError> {
     let failed = |reason: String| BatchError::Encode { offset, reason };
@@ -821,10 +819,11 @@ fn encode(
     ) else {
         return Err(failed("no record to encode".to_owned()));
     };
+    let base_offset = records[0].offset;
     let mut deltas = Vec::with_capacity(records.len());
     let mut previous = -1;
-    for (i, record) in records.iter().enumerate() {
-        let d = delta(i, record);
+    for record in records {
+        let d = record.offset.wrapping_sub(base_offset);
         match i32::try_from(d) {
             Ok(d) if i64::from(d) > previous => {
                 deltas.push(d);
@@ -898,7 +897,7 @@ fn reencode(
     let (mut records, plain_len) = decode(batch)?;
     records.retain(|r| range.contains(&r.offset));
     let sources: Vec<i64> = records.iter().map(|r| r.offset).collect();
-    encode_again(batch, &records, &sources, plain_len, max_bytes, stamp)
+    encode_again(batch, records, &sources, plain_len, max_bytes, stamp)
 }
 
 /// `out` without its records at `refused` (their indexes in it, as a Produce answer names the
@@ -922,7 +921,7 @@ pub(crate) fn without(
             kept.push(record);
         }
     }
-    encode_again(&batch, &kept, &sources, plain_len, max_bytes, stamp)
+    encode_again(&batch, kept, &sources, plain_len, max_bytes, stamp)
 }
 
 /// `records` of `batch` (their source offsets `sources`; `plain_len` the bytes of the batch's
@@ -931,7 +930,7 @@ pub(crate) fn without(
 /// records its append time).
 fn encode_again(
     batch: &SourceBatch,
-    records: &[Record],
+    mut records: Vec<Record>,
     sources: &[i64],
     plain_len: usize,
     max_bytes: usize,
@@ -939,6 +938,11 @@ fn encode_again(
 ) -> Result<Vec<OutBatch>, BatchError> {
     if records.is_empty() {
         return Ok(Vec::new());
+    }
+    // Contiguous offsets (the source's are in `sources`): each batch's records count from its
+    // first, whose offset the stamp makes its base offset 0.
+    for (i, record) in records.iter_mut().enumerate() {
+        record.offset = i as i64;
     }
     let compression = batch.compression();
     let room = max_bytes.saturating_sub(HEADER_LEN);
@@ -951,18 +955,12 @@ fn encode_again(
         let ratio = (batch.size() - HEADER_LEN) as f64 / plain_len.max(1) as f64;
         (room as f64 / ratio.min(1.0) * 0.9) as usize
     };
-    let mut queue = runs(records, budget);
+    let mut queue = runs(&records, budget);
     let mut out = Vec::with_capacity(queue.len());
     let mut sequence = stamp.base_sequence;
     while let Some(run) = queue.pop_front() {
         let first = run.start;
-        let encoded = encode(
-            &records[run.clone()],
-            compression,
-            0,
-            |i, _| i as i64,
-            sources[first],
-        )?;
+        let encoded = encode(&records[run.clone()], compression, sources[first])?;
         if encoded.size() > max_bytes {
             if run.len() == 1 {
                 return Err(BatchError::RecordTooLarge {
