@@ -7,30 +7,14 @@
 //! The source batches are written byte by byte here ([`write_batch`]) and the outgoing ones
 //! read back byte by byte ([`read_back`]), with nothing of the codec under test: the
 //! `kafka-protocol` crate's `Record` cannot hold such records, so neither its encoder nor its
-//! decoder can be the judge. Only the compression is the crate's.
+//! decoder can be the judge. Only the compression is shared: the codec's `compress` and
+//! `decompress`, around the crate's codecs.
 
-use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
+use bytes::{BufMut, Bytes};
 use kafka_protocol::records::Compression;
 
-use super::{prepare, split, without, BatchError, OutBatch, SourceBatch, Stamp};
-
-const CODECS: [Compression; 5] = [
-    Compression::None,
-    Compression::Gzip,
-    Compression::Snappy,
-    Compression::Lz4,
-    Compression::Zstd,
-];
-
-const STAMP: Stamp = Stamp {
-    producer_id: 4242,
-    producer_epoch: 3,
-    base_sequence: 17,
-};
-
-/// No limit from the target.
-const UNLIMITED: usize = usize::MAX;
+use super::tests::{CODECS, STAMP, UNLIMITED};
+use super::{prepare, split, without, BatchError, OutBatch, SourceBatch};
 
 /// A record as a consumer reads it, every field as bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,34 +117,16 @@ fn put_record(buf: &mut Vec<u8>, rec: &Rec, base_offset: i64, base_timestamp: i6
     buf.extend_from_slice(&body);
 }
 
+/// `plain` compressed with the crate's codec (the codec's own `compress`, as the batch header
+/// is not under test here).
 fn compress(plain: &[u8], compression: Compression) -> Vec<u8> {
-    let mut out = BytesMut::new();
-    let put = |buf: &mut BytesMut| {
-        buf.put_slice(plain);
-        Ok(())
-    };
-    match compression {
-        Compression::None => return plain.to_vec(),
-        Compression::Gzip => <Gzip as Compressor<BytesMut>>::compress(&mut out, put),
-        Compression::Snappy => <Snappy as Compressor<BytesMut>>::compress(&mut out, put),
-        Compression::Lz4 => <Lz4 as Compressor<BytesMut>>::compress(&mut out, put),
-        Compression::Zstd => <Zstd as Compressor<BytesMut>>::compress(&mut out, put),
-    }
-    .unwrap();
-    out.to_vec()
+    super::compress(compression, |buf| buf.put_slice(plain))
+        .unwrap()
+        .to_vec()
 }
 
-fn decompress(mut body: Bytes, compression: Compression) -> Vec<u8> {
-    let keep = |plain: &mut Bytes| Ok(plain.clone());
-    match compression {
-        Compression::None => Ok(body),
-        Compression::Gzip => <Gzip as Decompressor<Bytes>>::decompress(&mut body, keep),
-        Compression::Snappy => <Snappy as Decompressor<Bytes>>::decompress(&mut body, keep),
-        Compression::Lz4 => <Lz4 as Decompressor<Bytes>>::decompress(&mut body, keep),
-        Compression::Zstd => <Zstd as Decompressor<Bytes>>::decompress(&mut body, keep),
-    }
-    .unwrap()
-    .to_vec()
+fn decompress(body: Bytes, compression: Compression) -> Vec<u8> {
+    super::decompress(body, compression).unwrap().to_vec()
 }
 
 /// How a source batch is written besides its records.

@@ -9,7 +9,7 @@ use kafka_protocol::records::{
     Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, RecordSet, TimestampType,
 };
 
-const CODECS: [Compression; 5] = [
+pub(super) const CODECS: [Compression; 5] = [
     Compression::None,
     Compression::Gzip,
     Compression::Snappy,
@@ -17,14 +17,14 @@ const CODECS: [Compression; 5] = [
     Compression::Zstd,
 ];
 
-const STAMP: Stamp = Stamp {
+pub(super) const STAMP: Stamp = Stamp {
     producer_id: 4242,
     producer_epoch: 3,
     base_sequence: 17,
 };
 
 /// No limit from the target.
-const UNLIMITED: usize = usize::MAX;
+pub(super) const UNLIMITED: usize = usize::MAX;
 
 /// What a source batch is made of.
 #[derive(Clone)]
