@@ -368,11 +368,52 @@ fn a_committed_offset_inside_a_batch_copies_nothing_before_it() {
     );
 }
 
+/// A LogAppendTime source topic, whose every batch the engine encodes again, its records
+/// carrying a header named `0xFF 0xFE` (not UTF-8) and a repeated name (`hop` with a value,
+/// then without): every record reaches the target with its headers byte for byte, in order,
+/// and the mirror stops cleanly (exit 0). Before the engine's own record codec the re-encode
+/// path stopped the mirror at the first such batch, at every restart ("could not be decoded
+/// to be encoded again: invalid utf-8"; issue 42, item 1), and a repeated name alone sent the
+/// batch through librdkafka's producer.
+#[test]
+fn header_names_not_utf8_or_repeated_reach_the_target_byte_for_byte_when_encoded_again() {
+    let started = Instant::now();
+    let pair = SharedPair::get(KAFKA_4);
+    let lane = pair.lane_with(
+        "raw-headers",
+        1,
+        &[("message.timestamp.type", "LogAppendTime")],
+    );
+    let headers: Vec<RawHeader> = vec![
+        (vec![0xFF, 0xFE], Some(b"not utf-8".to_vec())),
+        (b"hop".to_vec(), Some(b"a".to_vec())),
+        (b"hop".to_vec(), None),
+    ];
+    write_with_raw_headers(&lane.src(), lane.topic, 0, 200, &headers);
+    let log = lane.mirror_until_committed(&["--copy.mode", "batches"], 200);
+    let got = raw_headers(&lane.dst(), lane.topic, 0, 200);
+    assert_eq!(got.len(), 200, "records on the target; log:\n{log}");
+    for (i, record) in got.iter().enumerate() {
+        assert_eq!(record, &headers, "record {i}; log:\n{log}");
+    }
+    let s: Vec<Record> = lane.source_records(0);
+    let t: Vec<Record> = lane.target_records(lane.topic, 0);
+    assert!(
+        t == s,
+        "the target's records differ from the source's; log:\n{log}"
+    );
+    eprintln!(
+        "TRIAL batches raw-headers kafka 4.4.0: 200 LogAppendTime records with a header name \
+         0xFF 0xFE and a repeated one, each identical on the target; {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
 /// A committed offset inside an lz4 source batch whose records each repeat a header key (`hop`
-/// twice): the batch must be encoded again from the start, and the crate's encoder cannot
-/// carry a repeated key, so those records go through librdkafka's producer. Every record from
-/// the start on reaches the target with every header, in order; none before it; the records
-/// after that batch are forwarded as batches again.
+/// three times): the batch must be encoded again from the start, every header kept in order
+/// (the codec keeps headers as bytes, in a list). Every record from the start on reaches the
+/// target with every header, in order; none before it; the records after that batch are
+/// forwarded as batches as they came.
 #[test]
 fn a_start_inside_a_batch_with_repeated_header_keys_keeps_every_header() {
     use rdkafka::message::{Header, OwnedHeaders};
@@ -412,11 +453,7 @@ fn a_start_inside_a_batch_with_repeated_header_keys_keeps_every_header() {
     }
     p.flush(Duration::from_secs(30)).unwrap();
     let batches = pair.source.stored_batches("repeated-headers", 0);
-    let (big, start, log) = mirror_from_inside_a_batch(pair, &lane, &[]);
-    assert!(
-        log.contains("such records go through librdkafka's producer"),
-        "log:\n{log}"
-    );
+    let (big, start, _log) = mirror_from_inside_a_batch(pair, &lane, &[]);
     let s: Vec<Record> = lane.source_records(0);
     let t: Vec<Record> = lane.target_records(lane.topic, 0);
     assert!(
@@ -430,7 +467,7 @@ fn a_start_inside_a_batch_with_repeated_header_keys_keeps_every_header() {
         s.len() - start as usize,
         t.first()
     );
-    // Only the batch with the start inside took the plain path: the rest are the source's.
+    // Only the batch with the start inside was encoded again: the rest are the source's.
     let shape = |b: &StoredBatch| (b.last_offset - b.base_offset, b.codec);
     let source_after: Vec<_> = batches
         .iter()
@@ -446,7 +483,7 @@ fn a_start_inside_a_batch_with_repeated_header_keys_keeps_every_header() {
     assert!(!source_after.is_empty(), "source batches: {batches:?}");
     assert_eq!(
         source_after, target_after,
-        "the batches after the plain ones"
+        "the batches after the one encoded again"
     );
     eprintln!(
         "TRIAL batches repeated-headers kafka 4.4.0: start {start} inside the batch {}..={}, \
@@ -682,8 +719,7 @@ fn partition_growth_is_followed_by_the_batch_engine() {
 fn records_deleted_by_retention_before_the_batch_engine_read_them_are_logged_and_counted() {
     let started = Instant::now();
     let lane = SharedPair::get(KAFKA_4).lane("retention", PARTITIONS);
-    // Records without headers: the log start moved inside a batch makes the engine encode
-    // that batch again, which refuses repeated header keys (docs/batch-engine.md).
+    // The log start moved inside a batch makes the engine encode that batch again.
     let p = producer(&lane.src(), &[("linger.ms", "20")]);
     write(&p, "retention", 0..200);
     lane.mirror_until_committed(&["--copy.mode", "batches"], 200);
@@ -854,13 +890,12 @@ fn a_record_the_target_refuses_stops_the_batch_engine_at_it_in_abort_mode() {
 }
 
 /// The same refused record in a batch whose records repeat a header key: that batch is too
-/// large for the target topic and must be split (encoded again), which the crate's encoder
-/// cannot do with a repeated key, so its records go through librdkafka's producer. The engine
-/// meets the record that alone is too large itself, in its turn, as on its own path, so abort
-/// mode holds exactly: exit 1, the commit at the refused record, every record before it and
-/// none after it on the target.
+/// large for the target topic and must be split (encoded again, every header kept). The engine
+/// meets the record that alone is too large in its turn, so abort mode holds exactly: exit 1,
+/// the commit at the refused record, every record before it and none after it on the target,
+/// each with both its `hop` headers.
 #[test]
-fn a_record_refused_on_the_plain_path_stops_the_batch_engine_in_abort_mode() {
+fn a_record_refused_among_repeated_header_keys_stops_the_batch_engine_in_abort_mode() {
     let started = Instant::now();
     let lane = lane_with_a_refused_record("refused-plain", true);
     let Refusal {
@@ -871,10 +906,6 @@ fn a_record_refused_on_the_plain_path_stops_the_batch_engine_in_abort_mode() {
         target,
     } = run_until_refused(&lane, "refused-record plain", started);
     assert_eq!(status.code(), Some(1), "log:\n{log}");
-    assert!(
-        log.contains("such records go through librdkafka's producer"),
-        "the records did not take the plain path; log:\n{log}"
-    );
     assert!(log.contains("refused-plain/0 offset 2000"), "log:\n{log}");
     assert_eq!(
         committed[0], REFUSED_AT as i64,
@@ -937,32 +968,29 @@ fn a_record_the_target_refuses_is_skipped_and_counted_by_the_batch_engine_in_ski
     skip_the_record_too_large("refused-skipped", false);
 }
 
-/// The same refused record on the plain path (every record repeats a header key, so its
-/// batch, which must be split, goes through librdkafka's producer) in skip mode: that record
-/// alone is dropped and counted, every other record copied in order, exit 0. The engine meets
-/// the record as too large itself, as on its own path. (Before 2026-12-05 it went to
-/// librdkafka, which put it in one request with records beside it; the target refused them
-/// all, and skip mode counted the whole step dropped.)
+/// The same refused record among records that repeat a header key (their batch, which must
+/// be split, encoded again with every header) in skip mode: that record alone is dropped and
+/// counted, every other record copied in order, exit 0.
 #[test]
-fn a_record_refused_on_the_plain_path_is_skipped_alone_in_skip_mode() {
+fn a_record_refused_among_repeated_header_keys_is_skipped_alone_in_skip_mode() {
     skip_the_record_too_large("refused-plain-skipped", true);
 }
 
 /// A skip-mode mirror of [`lane_with_a_refused_record`]: a warning names the refused record,
 /// it alone is counted as dropped, every other record is copied in order; with
-/// `repeated_headers`, the records took the plain path.
+/// `repeated_headers`, every record repeats a header key.
 fn skip_the_record_too_large(topic: &'static str, repeated_headers: bool) {
     let started = Instant::now();
     let lane = lane_with_a_refused_record(topic, repeated_headers);
     let (log, dropped, body) = copied_in_skip_mode(&lane);
     eprintln!(
         "TRIAL batches refused-record-skipped{} kafka 4.4.0: dropped {dropped:?}, {:.0} s",
-        if repeated_headers { " plain" } else { "" },
+        if repeated_headers {
+            " repeated-headers"
+        } else {
+            ""
+        },
         started.elapsed().as_secs_f64()
-    );
-    assert!(
-        !repeated_headers || log.contains("such records go through librdkafka's producer"),
-        "the records did not take the plain path; log:\n{log}"
     );
     let named = format!("{topic}/0 offset {REFUSED_AT}");
     assert!(
@@ -975,14 +1003,13 @@ fn skip_the_record_too_large(topic: &'static str, repeated_headers: bool) {
 }
 
 /// A record the target refuses once it has it (two days old, into a target topic that takes
-/// records up to an hour old) on the plain path: every record repeats a header key and the
-/// source batches are larger than the target topic takes (`max.message.bytes` 20,000), so they
-/// are split and go through librdkafka's producer. The target refuses the request that holds
-/// the old record, so librdkafka reports its other records refused too; skip mode must count
-/// exactly the records that are not on the target (it counted the whole source batch), and
-/// copy every other one in order.
+/// records up to an hour old) among records that repeat a header key: the source batches are
+/// larger than the target topic takes (`max.message.bytes` 20,000), so they are split and
+/// encoded again, every header kept. The target refuses the batch that holds the old record;
+/// skip mode must count exactly the records that are not on the target, and copy every other
+/// one in order.
 #[test]
-fn skip_mode_counts_exactly_the_records_the_target_refused_on_the_plain_path() {
+fn skip_mode_counts_exactly_the_records_the_target_refused_among_repeated_header_keys() {
     skip_mode_counts_exactly_the_refused("refused-old-plain", "batches");
 }
 
@@ -997,13 +1024,13 @@ fn the_record_engine_in_skip_mode_counts_exactly_the_records_the_target_refused(
 /// Partition 0 of `topic` holds a record two days old at [`REFUSED_AT`] among 4,000 of now,
 /// partition 1 records of now only, in source batches of 100 KB or more; the target topic
 /// takes records up to an hour old and batches of 20,000 bytes. With `engine` "batches" every
-/// record repeats a header key (the batches must be split, which sends them through
-/// librdkafka's producer). A skip-mode mirror must leave on the target the source's records
+/// record repeats a header key (the batches must be split and encoded again, every header
+/// kept). A skip-mode mirror must leave on the target the source's records
 /// but some, in order, the old one among those missing, and count exactly the missing ones.
 fn skip_mode_counts_exactly_the_refused(topic: &'static str, engine: &str) {
     use rdkafka::message::{Header, OwnedHeaders};
     let started = Instant::now();
-    let plain = engine == "batches";
+    let repeated = engine == "batches";
     let pair = SharedPair::get(KAFKA_4);
     let lane = pair.lane(topic, PARTITIONS);
     pair.target.create_topic(
@@ -1032,7 +1059,7 @@ fn skip_mode_counts_exactly_the_refused(topic: &'static str, engine: &str) {
             let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
                 .partition(partition)
                 .timestamp(if old { now - 2 * 24 * 3600 * 1000 } else { now });
-            if plain {
+            if repeated {
                 record = record.headers(OwnedHeaders::new().insert(hop("a")).insert(hop("b")));
             }
             record.key = s.key.as_deref();
@@ -1059,18 +1086,20 @@ fn skip_mode_counts_exactly_the_refused(topic: &'static str, engine: &str) {
     eprintln!(
         "TRIAL batches refused-by-the-broker-skipped {} kafka 4.4.0: dropped {dropped:?}, {} \
          records not on the target ({:?}...), {:.0} s",
-        if plain { "plain" } else { "record-engine" },
+        if repeated {
+            "repeated-headers"
+        } else {
+            "record-engine"
+        },
         missing.len(),
         &missing[..missing.len().min(5)],
         started.elapsed().as_secs_f64()
     );
-    if plain {
+    if repeated {
         assert!(
-            log.contains("such records go through librdkafka's producer")
-                && log.lines().any(|l| l.contains("WARN")
-                    && l.contains("sent through librdkafka's producer")
-                    && l.contains("skipped")),
-            "the refusal did not come from the plain path; log:\n{log}"
+            log.lines()
+                .any(|l| l.contains("WARN") && l.contains(topic) && l.contains("skipped")),
+            "no warning of the skipped refusal; log:\n{log}"
         );
     }
     assert!(

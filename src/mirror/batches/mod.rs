@@ -7,9 +7,8 @@
 //! - [`fetcher`]: our Fetch (read_committed), ListOffsets, and the aborted-transaction filter;
 //! - [`batch`]: the batch codec, pure: a fetch response's records split into batches, and each
 //!   batch prepared for our Produce (header rewritten and CRC-32C computed again, or decoded
-//!   and encoded again where Kafka's `LogValidator` would refuse it as it is);
-//! - [`plain`]: the records of a batch the codec cannot encode again (a header key repeated),
-//!   sent through librdkafka's producer, in order with the batches around them;
+//!   and encoded again, its records as bytes, where Kafka's `LogValidator` would refuse it as
+//!   it is);
 //! - [`producer`]: our idempotent producer: sequences per partition, one batch in flight per
 //!   partition, Produce rounds over the target's brokers;
 //! - [`cluster`]: bootstrap, Metadata, the leaders and one connection per broker;
@@ -20,7 +19,6 @@
 pub(crate) mod batch;
 pub(crate) mod cluster;
 pub(crate) mod fetcher;
-pub(crate) mod plain;
 pub(crate) mod producer;
 pub(crate) mod sasl;
 pub(crate) mod stream;

@@ -97,6 +97,15 @@ fn nonce() -> String {
 /// refuses a server that asks for fewer.
 const MIN_ITERATIONS: u32 = 4096;
 
+/// The most SCRAM iterations run for a broker: librdkafka's ceiling
+/// (`rd_kafka_sasl_scram_handle_server_first_message`: "Invalid value (not integer or too
+/// large) for Iteration count"), so that the record engine and this one take the same brokers.
+/// Kafka's own credentials have at most 16384 (`ScramMechanism.maxIterations`, enforced when
+/// they are made). PBKDF2 runs on the stream's thread, before any deadline can interrupt it:
+/// 2^32 - 1 iterations would hold it for hours; this many took 0.23 s (SHA-256) and 0.52 s
+/// (SHA-512) on the 2-core development VM (OpenSSL's PBKDF2 through Python's `hashlib`).
+const MAX_ITERATIONS: u32 = 1_000_000;
+
 /// One SCRAM exchange, client side (RFC 5802 without channel binding: gs2 header `n,,`).
 pub(crate) struct Scram {
     digest: MessageDigest,
@@ -151,6 +160,14 @@ impl Scram {
                  {MIN_ITERATIONS}"
             ));
         }
+        if iterations > MAX_ITERATIONS {
+            return Err(format!(
+                "the broker asks for {iterations} SCRAM iterations, more than the ceiling of \
+                 {MAX_ITERATIONS} (librdkafka's; Kafka's credentials have at most 16384): \
+                 check that the bootstrap address is the Kafka cluster meant, or store the \
+                 user's SCRAM credentials again with fewer iterations"
+            ));
+        }
         let crypto = |e: openssl::error::ErrorStack| format!("SCRAM: {e}");
         let mut salted = vec![0u8; self.digest.size()];
         openssl::pkcs5::pbkdf2_hmac(
@@ -195,6 +212,15 @@ impl Scram {
             .and_then(|v| openssl::base64::decode_block(v).ok())
             .ok_or("the broker's final SCRAM message has no valid signature")?;
         match &self.server_signature {
+            // `memcmp::eq` compares in constant time and asserts equal lengths.
+            Some(expected) if expected.len() != signature.len() => Err(format!(
+                "the broker's SCRAM signature has {} bytes, not the {} bytes of {}: it does not \
+                 speak this mechanism (a broker impersonated, or sasl.mechanism other than the \
+                 broker's?)",
+                signature.len(),
+                expected.len(),
+                self.mechanism_name()
+            )),
             Some(expected) if openssl::memcmp::eq(expected, &signature) => Ok(()),
             Some(_) => Err(
                 "the broker's SCRAM signature is wrong: it does not know this user's \
@@ -202,6 +228,15 @@ impl Scram {
                     .to_owned(),
             ),
             None => Err("SCRAM: the final message came before the first".to_owned()),
+        }
+    }
+
+    /// The mechanism's name, for errors.
+    fn mechanism_name(&self) -> &'static str {
+        if self.digest.size() == MessageDigest::sha512().size() {
+            "SCRAM-SHA-512"
+        } else {
+            "SCRAM-SHA-256"
         }
     }
 
@@ -252,6 +287,51 @@ mod tests {
             err.contains("iterations") && !err.contains("pencil"),
             "{err}"
         );
+    }
+
+    /// A server-final-message whose signature decodes to another length than the digest's (a
+    /// fake broker, or anyone on a SASL_PLAINTEXT path) is refused by name, not a panic of the
+    /// stream (`openssl::memcmp::eq` asserts equal lengths).
+    #[test]
+    fn a_server_signature_of_another_length_is_refused_naming_both_lengths() {
+        let mut scram = Scram::new(Mechanism::ScramSha256, "user", "rOprNGfwEbeRWgbNEkqO");
+        let server_first = "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,\
+                            s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
+        scram.client_final(server_first, "pencil").unwrap();
+        for signature in [
+            "AAAA",
+            "",
+            "6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4AAAA=",
+        ] {
+            let err = scram
+                .verify_server_final(&format!("v={signature}"))
+                .unwrap_err();
+            assert!(
+                err.contains("signature") && err.contains("32 bytes"),
+                "{signature}: {err}"
+            );
+        }
+    }
+
+    /// An iteration count above the ceiling is refused before PBKDF2 runs: a broker asking
+    /// for 2^32 - 1 would otherwise hold the stream's thread for hours. Just above the ceiling
+    /// comes first, so that before the refusal existed this test failed in a second rather
+    /// than hang; Kafka's own largest (16384) is taken.
+    #[test]
+    fn an_iteration_count_above_the_ceiling_is_refused_before_any_is_run() {
+        let server_first = |i: &str| format!("r=abc123,s=W22ZaJ0SNY7soEsUEjb6gQ==,i={i}");
+        for i in ["1000001", "4294967295"] {
+            let mut scram = Scram::new(Mechanism::ScramSha512, "user", "abc");
+            let err = scram.client_final(&server_first(i), "pencil").expect_err(i);
+            assert!(
+                err.contains(i) && err.contains("1000000") && !err.contains("pencil"),
+                "{err}"
+            );
+        }
+        let mut scram = Scram::new(Mechanism::ScramSha512, "user", "abc");
+        scram
+            .client_final(&server_first("16384"), "pencil")
+            .expect("Kafka's largest iteration count");
     }
 
     #[test]

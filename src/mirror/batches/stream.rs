@@ -41,13 +41,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::topic_partition_list::TopicPartitionList;
 
-use super::batch::{
-    plain_records, prepare, prepare_before, split, without, BatchError, OutBatch, PlainRecord,
-    Stamp,
-};
+use super::batch::{prepare, prepare_before, split, without, BatchError, OutBatch, Stamp};
 use super::cluster::UNKNOWN_TOPIC_OR_PARTITION;
 use super::fetcher::{AbortedFilter, Fetched, Fetcher};
-use super::plain::PlainProducers;
 use super::producer::{BatchProducer, Outcome, RefusedRecord, RoundItem};
 use crate::mirror::clients::{self, Cluster};
 use crate::mirror::commit::{commit_async, commit_stored, commit_sync, final_commit};
@@ -178,10 +174,6 @@ fn name_refused_records(out: &OutBatch, message: &str, records: &[RefusedRecord]
 enum Step {
     /// A batch to send.
     Send(Queued),
-    /// Records the codec cannot encode again (a header key repeated in a batch that must be
-    /// encoded again), sent through librdkafka's producer once everything before them is
-    /// acknowledged, and waited for before anything after them is sent.
-    Plain(PlainStep),
     /// A source record that alone makes a batch larger than the target topic takes: a send
     /// failure, met in order (after every batch before it is acknowledged).
     TooLarge {
@@ -209,25 +201,6 @@ impl Span {
     }
 }
 
-/// The records of one source batch for [`Step::Plain`] (at least one).
-struct PlainStep {
-    records: Vec<PlainRecord>,
-    /// The source batch's codec, which the target's batches get too.
-    compression: kafka_protocol::records::Compression,
-    /// The source batch's size, for the tracker.
-    size: usize,
-}
-
-impl PlainStep {
-    fn first_offset(&self) -> i64 {
-        self.records.first().map_or(-1, |r| r.offset)
-    }
-
-    fn last_offset(&self) -> i64 {
-        self.records.last().map_or(-1, |r| r.offset)
-    }
-}
-
 /// One assigned partition.
 struct Part {
     target_topic: String,
@@ -240,8 +213,6 @@ struct Part {
     /// The largest batch its target topic takes: its `max.message.bytes` where it was read,
     /// at most the engine's bound (larger source batches are split).
     max_batch: usize,
-    /// Its target topic's `max.message.bytes` where it was read, not bounded.
-    topic_limit: Option<usize>,
     /// The source partition's high watermark in the latest fetch response that had one.
     high_watermark: Option<i64>,
     /// Since when every fetch of it has failed, and whether that was said at warn
@@ -268,7 +239,6 @@ impl Part {
             .or_else(|| {
                 self.queue.front().map(|step| match step {
                     Step::Send(q) => q.out.first_source_offset,
-                    Step::Plain(p) => p.first_offset(),
                     Step::TooLarge { offset, .. } => *offset,
                 })
             })
@@ -470,7 +440,6 @@ impl BatchContext {
                     queue: VecDeque::new(),
                     in_flight: None,
                     max_batch,
-                    topic_limit,
                     high_watermark: None,
                     failing: None,
                     gap_at: None,
@@ -517,7 +486,7 @@ impl BatchContext {
                     .or_else(|| {
                         part.queue.iter().find_map(|step| match step {
                             Step::Send(q) => Some(q.sequence),
-                            Step::Plain(_) | Step::TooLarge { .. } => None,
+                            Step::TooLarge { .. } => None,
                         })
                     });
                 if let Some(sequence) = first {
@@ -698,8 +667,6 @@ pub(crate) struct BatchStream<'s> {
     /// Partitions whose target topic has no such partition, since their first batch was
     /// refused for it.
     absent_since: RefCell<HashMap<Partition, Instant>>,
-    /// librdkafka producers for [`Step::Plain`], made when first needed.
-    plain: RefCell<Option<PlainProducers>>,
 }
 
 impl<'s> BatchStream<'s> {
@@ -795,7 +762,6 @@ impl<'s> BatchStream<'s> {
             targets_made: RefCell::default(),
             propagation_limit: crate::mirror::metadata::propagation_limit(&settings.producer),
             absent_since: RefCell::default(),
-            plain: RefCell::default(),
         })
     }
 
@@ -879,7 +845,7 @@ impl<'s> BatchStream<'s> {
             };
             let first = part.queue.iter().find_map(|step| match step {
                 Step::Send(q) => Some(q.sequence),
-                Step::Plain(_) | Step::TooLarge { .. } => None,
+                Step::TooLarge { .. } => None,
             });
             if let Some(sequence) = first {
                 producer.rewind(&part.target_topic, key.1, sequence);
@@ -1166,20 +1132,6 @@ impl<'s> BatchStream<'s> {
                 let stamp = engine.producer.stamp(&part.target_topic, partition);
                 let (outs, too_large) = match prepare(&batch, from, part.max_batch, stamp) {
                     Ok(outs) => (outs, None),
-                    Err(BatchError::RepeatedHeaderKey { offset, .. }) => {
-                        let limit = part.topic_limit;
-                        match self.plain_steps(&batch, from, limit, (topic, partition), offset) {
-                            Ok(steps) => part.queue.extend(steps),
-                            Err(e) => {
-                                self.shared.control.fail(format!(
-                                    "stream {}: source {topic}/{partition}: {e}",
-                                    self.stream
-                                ));
-                                return;
-                            }
-                        }
-                        break;
-                    }
                     Err(BatchError::RecordTooLarge {
                         offset,
                         size,
@@ -1244,15 +1196,6 @@ impl<'s> BatchStream<'s> {
                 let q = match part.queue.pop_front() {
                     None => break,
                     Some(Step::Send(q)) => q,
-                    Some(Step::Plain(plain)) => {
-                        if !self.send_plain(key, (&part.target_topic, part.max_batch), &plain) {
-                            // Nothing after it is sent: the stream stops here.
-                            part.queue.clear();
-                            return false;
-                        }
-                        self.settle(key, part);
-                        continue;
-                    }
                     Some(Step::TooLarge {
                         offset,
                         size,
@@ -1846,196 +1789,6 @@ impl<'s> BatchStream<'s> {
             .count_consumed(topic, partition, records, bytes as u64);
     }
 
-    /// The steps for the records of `batch` from `from` on, which the codec refused to encode
-    /// again: the record at `offset` repeats a header key. They go through librdkafka's
-    /// producer ([`Step::Plain`]), which carries headers as a list. In an uncompressed batch, a record that alone makes a batch larger
-    /// than its target topic's `max.message.bytes` (`topic_limit`, where it was read) is met as
-    /// a send failure in its turn ([`Step::TooLarge`]), as on the engine's own path, rather
-    /// than sent for the target to refuse with whatever records librdkafka put beside it.
-    fn plain_steps(
-        &self,
-        batch: &super::batch::SourceBatch,
-        from: i64,
-        topic_limit: Option<usize>,
-        (topic, partition): (&str, i32),
-        offset: i64,
-    ) -> Result<Vec<Step>, BatchError> {
-        let records = plain_records(batch, from)?;
-        let count = records.len() as u64;
-        self.count_read((topic, partition), count, batch.size());
-        self.charge((batch.size() as u64, count));
-        tracing::debug!(
-            stream = self.stream,
-            "source {topic}/{partition}: the record at offset {offset} repeats a header key in \
-             a batch that must be encoded again; the batch's {count} records from offset {from} \
-             go through librdkafka's producer, which keeps every header"
-        );
-        let compression = batch.compression();
-        let mut steps = Vec::new();
-        let mut run = Vec::new();
-        let flush = |run: &mut Vec<PlainRecord>, steps: &mut Vec<Step>| {
-            if !run.is_empty() {
-                steps.push(Step::Plain(PlainStep {
-                    records: std::mem::take(run),
-                    compression,
-                    size: batch.size(),
-                }));
-            }
-        };
-        for record in records {
-            let size = record.alone_size();
-            match topic_limit {
-                Some(limit)
-                    if compression == kafka_protocol::records::Compression::None
-                        && size > limit =>
-                {
-                    flush(&mut run, &mut steps);
-                    steps.push(Step::TooLarge {
-                        offset: record.offset,
-                        size,
-                        limit,
-                    });
-                }
-                _ => run.push(record),
-            }
-        }
-        flush(&mut run, &mut steps);
-        Ok(steps)
-    }
-
-    /// Sends a [`Step::Plain`] through librdkafka's producer and waits for every report (at
-    /// most one request wait, as a round): everything before it of its partition is
-    /// acknowledged, and nothing after it is sent meanwhile. Acknowledged, the commit point
-    /// moves past it and each record's target offset is mapped; a failure is a send failure
-    /// as a refused batch is. librdkafka's batches hold at most `max_batch` bytes, the
-    /// partition's. Returns `false` when the stream stops at it (abort mode).
-    fn send_plain(
-        &self,
-        key: &Partition,
-        (target_topic, max_batch): (&str, usize),
-        plain: &PlainStep,
-    ) -> bool {
-        let span = Span {
-            first_source_offset: plain.first_offset(),
-            last_source_offset: plain.last_offset(),
-            records: plain.records.len() as i32,
-        };
-        let ticket = self.shared.tracker().begin_batch(
-            &key.0,
-            key.1,
-            span.first_source_offset,
-            plain.size,
-            plain.records.len() as u32,
-        );
-        Stats::add(&self.shared.stats.produced, plain.records.len() as u64);
-        let sent = self
-            .plain
-            .borrow_mut()
-            .get_or_insert_with(|| {
-                tracing::info!(
-                    stream = self.stream,
-                    "source {}/{} offsets {} to {}: a batch that must be encoded again holds a \
-                     record repeating a header key, which the batch codec cannot carry; such \
-                     records go through librdkafka's producer, every header kept, in order",
-                    key.0,
-                    key.1,
-                    span.first_source_offset,
-                    span.last_source_offset
-                );
-                PlainProducers::new(
-                    self.settings.producer.client_config(),
-                    crate::settings::batch_request_wait(self.settings),
-                )
-            })
-            .send(
-                target_topic,
-                key.1,
-                plain.compression,
-                max_batch,
-                &plain.records,
-                !self.settings.options.abort_on_send_failure,
-            );
-        let reports = match sent {
-            Ok(reports) => reports,
-            Err(failure) => {
-                let message = format!("{} (sent through librdkafka's producer)", failure.message);
-                return !self.refused(key, target_topic, span, ticket, &failure.code, &message);
-            }
-        };
-        // Skip mode: what the target refused is dropped and counted record by record; what it
-        // took is acknowledged and mapped.
-        let mut landed = Vec::with_capacity(reports.len());
-        let mut refused = Vec::new();
-        for (record, report) in plain.records.iter().zip(reports) {
-            match report {
-                Ok(target_offset) => landed.push((record, target_offset)),
-                Err(failure) => refused.push((record.offset, failure)),
-            }
-        }
-        if !refused.is_empty() {
-            self.skip_refused_plain(key, target_topic, span, &refused);
-            self.shared
-                .tracker()
-                .set_records(ticket, landed.len() as u32);
-        }
-        let acked = Acked {
-            last_source_offset: span.last_source_offset,
-            records: landed.len() as u64,
-            newest: landed.iter().map(|(r, _)| r.timestamp).max().unwrap_or(-1),
-        };
-        let mapped = landed.iter().map(|(r, target)| (r.offset, *target));
-        acknowledge(&self.shared, key, target_topic, ticket, acked, mapped);
-        true
-    }
-
-    /// Skip mode, [`Step::Plain`]: the records of `span` the target refused (source offset,
-    /// code and message), logged (one warning per code and message, naming every offset) and
-    /// counted as dropped. librdkafka's producer reports a refusal for each record of the
-    /// request the target refused, which may hold records of the span besides the one at fault.
-    fn skip_refused_plain(
-        &self,
-        key: &Partition,
-        target_topic: &str,
-        span: Span,
-        refused: &[(i64, super::plain::PlainFailure)],
-    ) {
-        let mut said: Vec<(&str, &str, Vec<i64>)> = Vec::new();
-        for (offset, failure) in refused {
-            self.shared
-                .stats
-                .recorded
-                .count_send_error(failure.code.clone());
-            match said
-                .iter_mut()
-                .find(|(code, message, _)| *code == failure.code && *message == failure.message)
-            {
-                Some((_, _, offsets)) => offsets.push(*offset),
-                None => said.push((&failure.code, &failure.message, vec![*offset])),
-            }
-        }
-        for (code, message, offsets) in said {
-            let mut what = format!(
-                "target {target_topic}/{} refused source {}/{} {} (of the records of offsets \
-                 {} to {} sent through librdkafka's producer): {code}: {message}",
-                key.1,
-                key.0,
-                key.1,
-                named_offsets(&offsets),
-                span.first_source_offset,
-                span.last_source_offset,
-            );
-            if matches!(code, "InvalidTimestamp" | "InvalidRecord") {
-                let advice = crate::mirror::timestamps::refusal_advice(target_topic, None);
-                what = format!("{what}: {advice}");
-            }
-            tracing::warn!(
-                stream = self.stream,
-                "{what}; skipped (--abort.on.send.failure false)"
-            );
-        }
-        Stats::add(&self.shared.stats.dropped, refused.len() as u64);
-    }
-
     /// Stop fetching (nothing is on the wire between turns), commit what was acknowledged,
     /// leave the group.
     fn shutdown(self) -> Result<StreamReport, BatchStreamError> {
@@ -2090,26 +1843,6 @@ impl<'s> BatchStream<'s> {
             started.elapsed()
         );
         Ok(StreamReport { unacknowledged })
-    }
-}
-
-/// "offset 7", "offsets 7 and 9", "offsets 1, 2 and 3": every offset up to ten, then how many
-/// more, for a log line.
-fn named_offsets(offsets: &[i64]) -> String {
-    const NAMED: usize = 10;
-    match offsets {
-        [] => "no offset".to_owned(),
-        [one] => format!("offset {one}"),
-        _ => {
-            let shown: Vec<String> = offsets.iter().take(NAMED).map(i64::to_string).collect();
-            let more = offsets.len().saturating_sub(NAMED);
-            if more > 0 {
-                format!("offsets {} and {more} more", shown.join(", "))
-            } else {
-                let (last, rest) = shown.split_last().expect("two or more");
-                format!("offsets {} and {last}", rest.join(", "))
-            }
-        }
     }
 }
 
@@ -2179,22 +1912,5 @@ fn acknowledge(
     Stats::add(&shared.stats.acknowledged, acked.records);
     if acked.newest >= 0 {
         shared.stats.recorded.observe_latency(acked.newest);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::named_offsets;
-
-    #[test]
-    fn a_log_line_names_up_to_ten_offsets_and_counts_the_rest() {
-        assert_eq!(named_offsets(&[7]), "offset 7");
-        assert_eq!(named_offsets(&[7, 9]), "offsets 7 and 9");
-        assert_eq!(named_offsets(&[1, 2, 3]), "offsets 1, 2 and 3");
-        let many: Vec<i64> = (100..112).collect();
-        assert_eq!(
-            named_offsets(&many),
-            "offsets 100, 101, 102, 103, 104, 105, 106, 107, 108, 109 and 2 more"
-        );
     }
 }

@@ -3,8 +3,8 @@
 //! serves them as its log holds them (written before 0.11, or under a topic's
 //! `message.format.version` below 0.11, which Kafka 2.8 and older honour), and a producer of
 //! v2 batches cannot send them. So a run of them is read here, read only (each message's
-//! CRC-32 checked), and becomes one v2 batch made by the crate's encoder, in the source's
-//! codec, each record at its source offset with the timestamp a consumer reads; that batch
+//! CRC-32 checked), and becomes one v2 batch (its records written as bytes, `super::records`),
+//! in the source's codec, each record at its source offset with the timestamp a consumer reads; that batch
 //! then takes the engine's usual path (copied under our stamp, or encoded again where its
 //! offsets have gaps or it is too large for the target topic).
 //!
@@ -17,12 +17,10 @@
 //! is each one's; in v0 they are absolute. v0 has no timestamps: its records get none (-1), as
 //! Kafka's own conversion to v2 gives them.
 
-use bytes::Bytes;
-use kafka_protocol::records::{
-    Compression, Record, TimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-};
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::records::Compression;
 
+use super::records::Record;
 use super::{decompress, encode, i32_at, i64_at, BatchError, SourceBatch, LOG_OVERHEAD};
 
 /// Where a legacy message's fields start (after the offset and size, `LOG_OVERHEAD`).
@@ -231,8 +229,8 @@ fn read_bytes(cursor: &mut &[u8], whole: &Bytes) -> Option<Option<Bytes>> {
     Some(Some(whole.slice_ref(bytes)))
 }
 
-/// `records` (of the run of messages of format v`magic` at offset `at`) as one v2 batch of
-/// the crate's encoder: at their offsets, CreateTime, no producer.
+/// `records` (of the run of messages of format v`magic` at offset `at`) as one v2 batch
+/// (`super::encode`, the records as bytes): at their offsets, CreateTime, no producer.
 fn to_batch(
     records: Vec<LegacyRecord>,
     compression: Compression,
@@ -243,32 +241,21 @@ fn to_batch(
     let mut previous = first - 1;
     let mut out = Vec::with_capacity(records.len());
     for r in records {
-        // The encoder keeps records whose offset minus sequence is the same in one batch.
-        let sequence = i32::try_from(r.offset - first)
-            .ok()
-            .filter(|_| r.offset > previous);
-        let Some(sequence) = sequence else {
+        // A v2 batch holds offsets that increase, within an int32 of its base offset.
+        if r.offset <= previous || i32::try_from(r.offset - first).is_err() {
             return Err(BatchError::Legacy {
                 offset: r.offset,
                 magic,
                 reason: format!("its offset does not follow {previous}"),
             });
-        };
+        }
         previous = r.offset;
         out.push(Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
-            producer_id: NO_PRODUCER_ID,
-            producer_epoch: NO_PRODUCER_EPOCH,
-            timestamp_type: TimestampType::Creation,
             offset: r.offset,
-            sequence,
             timestamp: r.timestamp,
             key: r.key,
             value: r.value,
-            headers: Default::default(),
+            headers: Vec::new(),
         });
     }
     if out.is_empty() {
@@ -278,5 +265,9 @@ fn to_batch(
             reason: "its messages hold no record".into(),
         });
     }
-    SourceBatch::new(encode(&out, compression, first)?)
+    let encoded = encode(&out, compression, first)?;
+    let mut bytes = BytesMut::with_capacity(encoded.size());
+    bytes.put_slice(&encoded.header);
+    bytes.put_slice(&encoded.body);
+    SourceBatch::new(bytes.freeze())
 }

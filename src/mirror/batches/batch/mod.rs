@@ -5,12 +5,15 @@
 //! response's bytes (a `Bytes` slice, no copy) and only the producer's fields of the 61-byte
 //! header are rewritten, the CRC-32C computed again. A batch Kafka's `LogValidator` would refuse
 //! from a producer as it is, or that would give the target other records than the source holds,
-//! is decoded and encoded again with the `kafka-protocol` crate's codec, same compression
-//! ([`Reencode`] says why). What is rewritten and why: docs/batch-engine.md.
+//! is decoded and encoded again, same compression ([`Reencode`] says why): its records as bytes
+//! by [`records`], its header written here, its compression the `kafka-protocol` crate's. What
+//! is rewritten and why: docs/batch-engine.md.
 //!
 //! Errors name the source offset of the batch (or record) at fault; the engine adds the topic
 //! and partition.
 //!
+//! - [`records`]: the records section as bytes (keys, values, header names and values; headers
+//!   in order, repeats kept), not the crate's `Record`, whose header names are strings in a map;
 //! - [`legacy`]: message sets of the formats before Kafka 0.11 (magic 0 and 1), which the
 //!   crate cannot read, read here and made v2 batches that take the same path.
 
@@ -19,6 +22,11 @@
 #![allow(dead_code)]
 
 mod legacy;
+mod records;
+// Unit tests beside `tests`: [`reencode_tests`], every path that encodes a batch again, on
+// source batches written and outgoing batches read back byte by byte.
+#[cfg(test)]
+mod reencode_tests;
 #[cfg(test)]
 mod tests;
 
@@ -27,11 +35,12 @@ use std::ops::Range;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use crc32c::crc32c;
-use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
+use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
 use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-    TimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+    Compression, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
 };
+
+use records::{Record, Section};
 
 // Where each field of a v2 record batch header starts (Kafka's `DefaultRecordBatch`). The
 // only place the layout is written down.
@@ -169,16 +178,6 @@ pub(crate) enum BatchError {
          mirror this topic with --copy.mode records"
     )]
     Decode { offset: i64, reason: String },
-    #[error(
-        "the record at offset {offset} has {in_bytes} headers but {kept} distinct header keys: \
-         encoding its batch again (needed for this batch) would drop a header; mirror this \
-         topic with --copy.mode records"
-    )]
-    RepeatedHeaderKey {
-        offset: i64,
-        in_bytes: usize,
-        kept: usize,
-    },
     #[error("the records from offset {offset} could not be encoded again: {reason}")]
     Encode { offset: i64, reason: String },
     #[error(
@@ -720,218 +719,68 @@ fn decompress(mut body: Bytes, compression: Compression) -> anyhow::Result<Bytes
     }
 }
 
-/// The batch's records, decoded by the crate, and its records section decompressed.
-fn decode(batch: &SourceBatch) -> Result<(Vec<Record>, Bytes), BatchError> {
-    let offset = batch.base_offset();
-    let failed = |e: anyhow::Error| BatchError::Decode {
-        offset,
-        reason: format!("{e:#}"),
+/// The records section compressed with the crate's codecs, the records written into it by
+/// `write` (no copy of the uncompressed section for `None`).
+fn compress(
+    compression: Compression,
+    write: impl FnOnce(&mut BytesMut),
+) -> anyhow::Result<BytesMut> {
+    let mut out = BytesMut::new();
+    let put = |buf: &mut BytesMut| {
+        write(buf);
+        Ok(())
     };
-    let plain = decompress(batch.bytes.slice(HEADER_LEN..), batch.compression()).map_err(failed)?;
-    let given = plain.clone();
-    let mut whole = batch.bytes.clone();
-    let set = RecordBatchDecoder::decode_with_custom_compression(
-        &mut whole,
-        Some(move |_: &mut Bytes, _: Compression| Ok(given.clone())),
-    )
-    .map_err(failed)?;
-    Ok((set.records, plain))
-}
-
-/// A zigzag varint of at most `max_bytes` bytes from the front of `buf` (the records section's
-/// integers). Read only: the crate's `Record` holds a record's headers in a map, so a record
-/// whose headers repeat a key cannot be told, nor carried, by the decoded records; reading
-/// them as they are ([`read_records`]) needs these few reads, and nothing is encoded by hand.
-fn read_varint(buf: &mut &[u8], max_bytes: u32) -> Option<i64> {
-    let mut value: u64 = 0;
-    for i in 0..max_bytes {
-        let (&byte, rest) = buf.split_first()?;
-        *buf = rest;
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((value >> 1) as i64 ^ -((value & 1) as i64));
-        }
+    match compression {
+        Compression::None => put(&mut out)?,
+        Compression::Gzip => <Gzip as Compressor<BytesMut>>::compress(&mut out, put)?,
+        Compression::Snappy => <Snappy as Compressor<BytesMut>>::compress(&mut out, put)?,
+        Compression::Lz4 => <Lz4 as Compressor<BytesMut>>::compress(&mut out, put)?,
+        Compression::Zstd => <Zstd as Compressor<BytesMut>>::compress(&mut out, put)?,
     }
-    None
+    Ok(out)
 }
 
-/// A length-prefixed field of the records section (a length of -1 is null), a slice of
-/// `whole` (no copy).
-fn read_field(buf: &mut &[u8], whole: &Bytes) -> Option<Option<Bytes>> {
-    let len = read_varint(buf, 5)?;
-    if len < 0 {
-        return Some(None);
-    }
-    let len = usize::try_from(len).ok()?;
-    let bytes = buf.get(..len)?;
-    *buf = &buf[len..];
-    Some(Some(whole.slice_ref(bytes)))
-}
-
-/// One record as the records section holds it, every header in order (repeated keys too):
-/// what [`plain_records`] gives the engine for the records the crate's `Record` cannot carry.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct PlainRecord {
-    /// Its source offset.
-    pub(crate) offset: i64,
-    /// Its timestamp as a consumer reads it: base timestamp plus its delta, or the batch's
-    /// max timestamp in a LogAppendTime batch.
-    pub(crate) timestamp: i64,
-    pub(crate) key: Option<Bytes>,
-    pub(crate) value: Option<Bytes>,
-    /// Name and value of each header, in order; names are bytes, as on the wire.
-    pub(crate) headers: Vec<(Bytes, Option<Bytes>)>,
-}
-
-impl PlainRecord {
-    /// The size of an uncompressed batch holding this record alone, as any producer encodes it
-    /// (timestamp and offset deltas 0): what the target compares with its `max.message.bytes`.
-    pub(crate) fn alone_size(&self) -> usize {
-        let field =
-            |b: Option<&Bytes>| b.map_or(varint_len(-1), |b| varint_len(b.len() as i64) + b.len());
-        let headers: usize = self
-            .headers
-            .iter()
-            .map(|(name, value)| field(Some(name)) + field(value.as_ref()))
-            .sum();
-        // attributes, timestamp delta, offset delta, key, value, header count, headers
-        let body = 1
-            + 1
-            + 1
-            + field(self.key.as_ref())
-            + field(self.value.as_ref())
-            + varint_len(self.headers.len() as i64)
-            + headers;
-        HEADER_LEN + varint_len(body as i64) + body
-    }
-}
-
-/// The bytes of `n` as a zigzag varint.
-fn varint_len(n: i64) -> usize {
-    let mut z = ((n << 1) ^ (n >> 63)) as u64;
-    let mut len = 1;
-    while z >= 0x80 {
-        z >>= 7;
-        len += 1;
-    }
-    len
-}
-
-/// The records of an uncompressed records section (`records` of them), read as they are.
-/// `None` when the section ends inside a record or a field is malformed.
-fn read_records(
-    plain: &Bytes,
-    records: usize,
-    base_offset: i64,
-    timestamp: impl Fn(i64) -> i64,
-) -> Option<Vec<PlainRecord>> {
-    let mut rest: &[u8] = plain;
-    let mut out = Vec::with_capacity(records);
-    for _ in 0..records {
-        let size = usize::try_from(read_varint(&mut rest, 5)?).ok()?;
-        let mut record = rest.get(..size)?;
-        rest = &rest[size..];
-        record = record.get(1..)?; // attributes
-        let timestamp_delta = read_varint(&mut record, 10)?;
-        let offset_delta = read_varint(&mut record, 5)?;
-        let key = read_field(&mut record, plain)?;
-        let value = read_field(&mut record, plain)?;
-        let count = usize::try_from(read_varint(&mut record, 5)?).ok()?;
-        let mut headers = Vec::with_capacity(count.min(size));
-        for _ in 0..count {
-            let name = read_field(&mut record, plain)??;
-            headers.push((name, read_field(&mut record, plain)?));
-        }
-        out.push(PlainRecord {
-            offset: base_offset + offset_delta,
-            timestamp: timestamp(timestamp_delta),
-            key,
-            value,
-            headers,
-        });
-    }
-    Some(out)
-}
-
-/// Refuses to encode again a record (one whose offset `encoded` says is sent) whose headers
-/// repeat a key: the crate's decoder kept one. A record not sent cannot lose its headers.
-fn check_headers(
-    records: &[Record],
-    plain: &Bytes,
-    offset: i64,
-    encoded: impl Fn(i64) -> bool,
-) -> Result<(), BatchError> {
-    let read = read_records(plain, records.len(), 0, |_| 0).ok_or_else(|| BatchError::Decode {
-        offset,
-        reason: "its records section ends inside a record".to_owned(),
-    })?;
-    for (record, as_read) in records.iter().zip(read) {
-        let in_bytes = as_read.headers.len();
-        if encoded(record.offset) && record.headers.len() != in_bytes {
-            return Err(BatchError::RepeatedHeaderKey {
-                offset: record.offset,
-                in_bytes,
-                kept: record.headers.len(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// The records of `batch` from `start` on, read as they are (every header kept, timestamps as
-/// a consumer reads them), for a batch the re-encode path refuses
-/// ([`BatchError::RepeatedHeaderKey`]): the engine sends them through librdkafka's producer,
-/// whose records carry headers as a list. Nothing is encoded here.
-pub(crate) fn plain_records(
-    batch: &SourceBatch,
-    start: i64,
-) -> Result<Vec<PlainRecord>, BatchError> {
+/// The batch's records as bytes ([`records::read`]: every header in order, repeats kept, a
+/// name that is not UTF-8 as it is), and the length of its records section decompressed.
+fn decode(batch: &SourceBatch) -> Result<(Vec<Record>, usize), BatchError> {
     let offset = batch.base_offset();
     let plain = decompress(batch.bytes.slice(HEADER_LEN..), batch.compression()).map_err(|e| {
         BatchError::Decode {
             offset,
-            reason: format!("{e:#}"),
+            reason: format!(
+                "its records section could not be decompressed ({:?}): {e:#}",
+                batch.compression()
+            ),
         }
     })?;
-    let base_timestamp = batch.base_timestamp();
-    let append_time = batch.log_append_time().then(|| batch.max_timestamp());
-    let count = usize::try_from(batch.record_count()).unwrap_or(0);
-    let records = read_records(&plain, count, offset, |delta| {
-        append_time.unwrap_or(base_timestamp.wrapping_add(delta))
-    })
-    .ok_or_else(|| BatchError::Decode {
+    let section = Section {
+        base_offset: offset,
+        last_offset_delta: batch.last_offset_delta(),
+        base_timestamp: batch.base_timestamp(),
+        append_time: batch.log_append_time().then(|| batch.max_timestamp()),
+        record_count: batch.record_count(),
+    };
+    let records = records::read(&plain, section).map_err(|e| BatchError::Decode {
         offset,
-        reason: "its records section ends inside a record".to_owned(),
+        reason: e.to_string(),
     })?;
-    Ok(records.into_iter().filter(|r| r.offset >= start).collect())
+    Ok((records, plain.len()))
 }
 
-/// An upper bound of a record's encoded size, varints at their widest.
-fn size_bound(record: &Record) -> usize {
-    let len = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len);
-    let headers: usize = record
-        .headers
-        .iter()
-        .map(|(k, v)| 10 + k.len() + len(v))
-        .sum();
-    // size, attributes, timestamp delta, offset delta, key and value lengths, header count
-    5 + 1 + 10 + 5 + 5 + 5 + 5 + len(&record.key) + len(&record.value) + headers
-}
-
-/// The records in runs whose estimated batch fits `max_bytes` (a first guess: a run whose
+/// The records in runs whose estimated batch fits `budget` (a first guess: a run whose
 /// batch comes out larger is halved).
 fn runs(records: &[Record], budget: usize) -> VecDeque<Range<usize>> {
     let mut out = VecDeque::new();
     let mut begin = 0;
-    let mut used = 0;
+    let mut used: usize = 0;
     for (i, record) in records.iter().enumerate() {
-        let size = size_bound(record);
-        if i > begin && used + size > budget {
+        let size = record.size_bound();
+        if i > begin && used.saturating_add(size) > budget {
             out.push_back(begin..i);
             begin = i;
             used = 0;
         }
-        used += size;
+        used = used.saturating_add(size);
     }
     if begin < records.len() {
         out.push_back(begin..records.len());
@@ -939,27 +788,100 @@ fn runs(records: &[Record], budget: usize) -> VecDeque<Range<usize>> {
     out
 }
 
-/// One batch from `records` (offsets and flags already set), with the crate's encoder.
-fn encode(records: &[Record], compression: Compression, offset: i64) -> Result<Bytes, BatchError> {
-    let failed = |reason: String| BatchError::Encode { offset, reason };
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        records,
-        &RecordEncodeOptions {
-            version: MAGIC_V2,
-            compression,
-        },
-    )
-    .map_err(|e| failed(format!("{e:#}")))?;
-    // One batch: the records share every batch-level field.
-    if buf.len() < HEADER_LEN || LOG_OVERHEAD + i32_at(&buf, LENGTH_AT) as usize != buf.len() {
-        return Err(failed(format!(
-            "the encoder made {} bytes that are not one batch",
-            buf.len()
-        )));
+/// An encoded batch: its header (no producer, CreateTime, CRC-32C computed) and its records
+/// section, with that section's own CRC-32C.
+struct Encoded {
+    header: [u8; HEADER_LEN],
+    body: Bytes,
+    body_crc: u32,
+}
+
+impl Encoded {
+    fn size(&self) -> usize {
+        HEADER_LEN + self.body.len()
     }
-    Ok(buf.freeze())
+}
+
+/// One v2 batch of `records` (at least one, at increasing offsets within an int32 of the
+/// first's, checked) in `compression`, as Kafka's `DefaultRecordBatch` lays it out: base offset
+/// the first record's, each record's fields as it holds them (`records::write`), base
+/// timestamp the least of the records', max timestamp the greatest, no partition leader
+/// epoch, no producer. `offset` names the records at fault in an error.
+fn encode(
+    records: &[Record],
+    compression: Compression,
+    offset: i64,
+) -> Result<Encoded, BatchError> {
+    let failed = |reason: String| BatchError::Encode { offset, reason };
+    let (Some(base_timestamp), Some(max_timestamp)) = (
+        records.iter().map(|r| r.timestamp).min(),
+        records.iter().map(|r| r.timestamp).max(),
+    ) else {
+        return Err(failed("no record to encode".to_owned()));
+    };
+    let base_offset = records[0].offset;
+    let mut deltas = Vec::with_capacity(records.len());
+    let mut previous = -1;
+    for record in records {
+        let d = record.offset.wrapping_sub(base_offset);
+        match i32::try_from(d) {
+            Ok(d) if i64::from(d) > previous => {
+                deltas.push(d);
+                previous = i64::from(d);
+            }
+            _ => {
+                return Err(failed(format!(
+                    "the record at offset {} has the offset delta {d}, which does not follow \
+                     {previous} within a batch",
+                    record.offset
+                )))
+            }
+        }
+    }
+    let count = i32::try_from(records.len()).map_err(|_| {
+        failed(format!(
+            "{} records are too many for a batch",
+            records.len()
+        ))
+    })?;
+    let body = compress(compression, |buf| {
+        for (record, &d) in records.iter().zip(&deltas) {
+            records::write(buf, record, d, base_timestamp);
+        }
+    })
+    .map_err(|e| failed(format!("compressing the records ({compression:?}): {e:#}")))?
+    .freeze();
+    let length = i32::try_from(HEADER_LEN - LOG_OVERHEAD + body.len()).map_err(|_| {
+        failed(format!(
+            "a records section of {} bytes is too large for a batch",
+            body.len()
+        ))
+    })?;
+    let mut header = [0u8; HEADER_LEN];
+    header[BASE_OFFSET_AT..LENGTH_AT].copy_from_slice(&base_offset.to_be_bytes());
+    header[LENGTH_AT..PARTITION_LEADER_EPOCH_AT].copy_from_slice(&length.to_be_bytes());
+    header[PARTITION_LEADER_EPOCH_AT..MAGIC_AT]
+        .copy_from_slice(&NO_PARTITION_LEADER_EPOCH.to_be_bytes());
+    header[MAGIC_AT] = MAGIC_V2 as u8;
+    header[ATTRIBUTES_AT..LAST_OFFSET_DELTA_AT]
+        .copy_from_slice(&(compression as i16).to_be_bytes());
+    let last_offset_delta = deltas.last().copied().unwrap_or_default();
+    header[LAST_OFFSET_DELTA_AT..BASE_TIMESTAMP_AT]
+        .copy_from_slice(&last_offset_delta.to_be_bytes());
+    header[BASE_TIMESTAMP_AT..MAX_TIMESTAMP_AT].copy_from_slice(&base_timestamp.to_be_bytes());
+    header[MAX_TIMESTAMP_AT..PRODUCER_ID_AT].copy_from_slice(&max_timestamp.to_be_bytes());
+    header[PRODUCER_ID_AT..PRODUCER_EPOCH_AT].copy_from_slice(&NO_PRODUCER_ID.to_be_bytes());
+    header[PRODUCER_EPOCH_AT..BASE_SEQUENCE_AT].copy_from_slice(&NO_PRODUCER_EPOCH.to_be_bytes());
+    header[BASE_SEQUENCE_AT..RECORD_COUNT_AT].copy_from_slice(&NO_SEQUENCE.to_be_bytes());
+    header[RECORD_COUNT_AT..HEADER_LEN].copy_from_slice(&count.to_be_bytes());
+    let body_crc = crc32c(&body);
+    let crc = crc_combine(crc32c(&header[ATTRIBUTES_AT..]), body_crc, body.len());
+    header[CRC_AT..ATTRIBUTES_AT].copy_from_slice(&crc.to_be_bytes());
+    Ok(Encoded {
+        header,
+        body,
+        body_crc,
+    })
 }
 
 /// The re-encode path: the records in `range`, offsets contiguous from 0, timestamps as the
@@ -972,13 +894,10 @@ fn reencode(
     max_bytes: usize,
     stamp: Stamp,
 ) -> Result<Vec<OutBatch>, BatchError> {
-    let (mut records, plain) = decode(batch)?;
-    check_headers(&records, &plain, batch.base_offset(), |o| {
-        range.contains(&o)
-    })?;
+    let (mut records, plain_len) = decode(batch)?;
     records.retain(|r| range.contains(&r.offset));
     let sources: Vec<i64> = records.iter().map(|r| r.offset).collect();
-    encode_again(batch, records, &sources, plain.len(), max_bytes, stamp)
+    encode_again(batch, records, &sources, plain_len, max_bytes, stamp)
 }
 
 /// `out` without its records at `refused` (their indexes in it, as a Produce answer names the
@@ -993,10 +912,7 @@ pub(crate) fn without(
 ) -> Result<Vec<OutBatch>, BatchError> {
     // `out` is a whole batch of its own (base offset 0, its records' offsets their indexes).
     let batch = SourceBatch::new(out.to_bytes())?;
-    let (records, plain) = decode(&batch)?;
-    // The refused records are not encoded again: only the kept ones must carry their headers.
-    let kept_index = |o: i64| usize::try_from(o).is_ok_and(|i| !refused.contains(&i));
-    check_headers(&records, &plain, out.first_source_offset, kept_index)?;
+    let (records, plain_len) = decode(&batch)?;
     let mut kept = Vec::with_capacity(records.len());
     let mut sources = Vec::with_capacity(records.len());
     for (i, record) in records.into_iter().enumerate() {
@@ -1005,11 +921,13 @@ pub(crate) fn without(
             kept.push(record);
         }
     }
-    encode_again(&batch, kept, &sources, plain.len(), max_bytes, stamp)
+    encode_again(&batch, kept, &sources, plain_len, max_bytes, stamp)
 }
 
 /// `records` of `batch` (their source offsets `sources`; `plain_len` the bytes of the batch's
-/// records section uncompressed) in batches of at most `max_bytes`: see [`reencode`].
+/// records section uncompressed) in batches of at most `max_bytes`: see [`reencode`]. Their
+/// timestamps are the ones a consumer reads (`records::read` gave a LogAppendTime batch's
+/// records its append time).
 fn encode_again(
     batch: &SourceBatch,
     mut records: Vec<Record>,
@@ -1021,21 +939,11 @@ fn encode_again(
     if records.is_empty() {
         return Ok(Vec::new());
     }
-    let append_time = batch.log_append_time().then(|| batch.max_timestamp());
+    // Contiguous offsets (the source's are in `sources`): each batch's records count from its
+    // first, whose offset the stamp makes its base offset 0.
     for (i, record) in records.iter_mut().enumerate() {
         record.offset = i as i64;
-        // The encoder keeps records with the same offset - sequence in one batch.
-        record.sequence = i as i32;
-        record.timestamp = append_time.unwrap_or(record.timestamp);
-        record.timestamp_type = TimestampType::Creation;
-        record.transactional = false;
-        record.control = false;
-        record.delete_horizon = false;
-        record.partition_leader_epoch = NO_PARTITION_LEADER_EPOCH;
-        record.producer_id = NO_PRODUCER_ID;
-        record.producer_epoch = NO_PRODUCER_EPOCH;
     }
-
     let compression = batch.compression();
     let room = max_bytes.saturating_sub(HEADER_LEN);
     let budget = if batch.size() <= max_bytes {
@@ -1051,12 +959,13 @@ fn encode_again(
     let mut out = Vec::with_capacity(queue.len());
     let mut sequence = stamp.base_sequence;
     while let Some(run) = queue.pop_front() {
-        let encoded = encode(&records[run.clone()], compression, sources[run.start])?;
-        if encoded.len() > max_bytes {
+        let first = run.start;
+        let encoded = encode(&records[run.clone()], compression, sources[first])?;
+        if encoded.size() > max_bytes {
             if run.len() == 1 {
                 return Err(BatchError::RecordTooLarge {
-                    offset: sources[run.start],
-                    size: encoded.len(),
+                    offset: sources[first],
+                    size: encoded.size(),
                     limit: max_bytes,
                 });
             }
@@ -1067,12 +976,15 @@ fn encode_again(
         }
         let offsets = &sources[run.clone()];
         let contiguous = offsets[offsets.len() - 1] - offsets[0] + 1 == offsets.len() as i64;
-        let mut header = field::<HEADER_LEN>(&encoded, 0);
-        let body = encoded.slice(HEADER_LEN..);
-        let body_crc = crc32c(&body);
+        let Encoded {
+            mut header,
+            body,
+            body_crc,
+        } = encoded;
+        let attributes = i16_at(&header, ATTRIBUTES_AT);
         stamp_header(
             &mut header,
-            i16_at(&encoded, ATTRIBUTES_AT),
+            attributes,
             Stamp {
                 base_sequence: sequence,
                 ..stamp

@@ -5,9 +5,11 @@ use super::*;
 
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::RecordSet;
+use kafka_protocol::records::{
+    Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, RecordSet, TimestampType,
+};
 
-const CODECS: [Compression; 5] = [
+pub(super) const CODECS: [Compression; 5] = [
     Compression::None,
     Compression::Gzip,
     Compression::Snappy,
@@ -15,14 +17,14 @@ const CODECS: [Compression; 5] = [
     Compression::Zstd,
 ];
 
-const STAMP: Stamp = Stamp {
+pub(super) const STAMP: Stamp = Stamp {
     producer_id: 4242,
     producer_epoch: 3,
     base_sequence: 17,
 };
 
 /// No limit from the target.
-const UNLIMITED: usize = usize::MAX;
+pub(super) const UNLIMITED: usize = usize::MAX;
 
 /// What a source batch is made of.
 #[derive(Clone)]
@@ -550,63 +552,6 @@ fn record_larger_than_max_bytes_is_an_error_naming_offset_size_and_limit() {
 }
 
 #[test]
-fn repeated_header_keys_are_refused_rather_than_dropped() {
-    let source = Source::new(Compression::None, 10, 1);
-    // The record's two headers, "trace" and "empty", both called "trace": Kafka's headers are
-    // a list, the crate's a map.
-    let batch = source.batch();
-    let at = batch
-        .windows(5)
-        .position(|w| w == b"empty")
-        .expect("the header key");
-    let repeated = patched(&batch, |b| b[at..at + 5].copy_from_slice(b"trace"));
-    let batch = only(repeated);
-    // Copied, the record keeps both headers: the records section is untouched.
-    let copied = prepare(&batch, 10, UNLIMITED, STAMP).unwrap();
-    assert_eq!(&copied[0].body[..], &batch.bytes()[HEADER_LEN..]);
-    // Encoded again, it would lose one: refused.
-    let err = prepare(&batch, 10, 100, STAMP).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            BatchError::RepeatedHeaderKey {
-                offset: 10,
-                in_bytes: 2,
-                kept: 1
-            }
-        ),
-        "{err}"
-    );
-}
-
-#[test]
-fn repeated_header_keys_before_the_start_do_not_stop_a_batch_encoded_again() {
-    let source = Source::new(Compression::None, 10, 3);
-    // The first record's (offset 10) two headers both called "trace".
-    let batch = source.batch();
-    let at = batch
-        .windows(5)
-        .position(|w| w == b"empty")
-        .expect("the header key");
-    let batch = only(patched(&batch, |b| b[at..at + 5].copy_from_slice(b"trace")));
-    // A start inside the batch (a commit at 11): offset 10 was copied already and is not sent
-    // again, so its headers cannot be lost; the records from 11 on are encoded again.
-    let outs = prepare(&batch, 11, UNLIMITED, STAMP).unwrap();
-    assert_eq!(outs.len(), 1);
-    assert_eq!(
-        (outs[0].first_source_offset, outs[0].records),
-        (11, 2),
-        "the records from the start on"
-    );
-    assert!(outs[0].reencoded);
-    // From offset 10 on, encoding it again would lose a header: still refused.
-    assert!(matches!(
-        prepare(&batch, 10, 100, STAMP),
-        Err(BatchError::RepeatedHeaderKey { offset: 10, .. })
-    ));
-}
-
-#[test]
 fn split_yields_every_batch_of_a_fetch_response_in_order() {
     let mut records = BytesMut::new();
     for (i, codec) in CODECS.into_iter().enumerate() {
@@ -1064,101 +1009,4 @@ fn copy_path_throughput() {
             (ROUNDS * 1000 * 1000) as f64 / seconds / 1e6
         );
     }
-}
-
-/// `records` as [`plain_records`] should read them: every field, headers in order.
-fn as_plain(records: &[Record]) -> Vec<PlainRecord> {
-    records
-        .iter()
-        .map(|r| PlainRecord {
-            offset: r.offset,
-            timestamp: r.timestamp,
-            key: r.key.clone(),
-            value: r.value.clone(),
-            headers: r
-                .headers
-                .iter()
-                .map(|(k, v)| (Bytes::copy_from_slice(k.as_bytes()), v.clone()))
-                .collect(),
-        })
-        .collect()
-}
-
-#[test]
-fn plain_records_read_every_field_of_every_codec_from_the_start_on() {
-    for codec in CODECS {
-        let source = Source::new(codec, 100, 12);
-        let expected = as_plain(&source.records());
-        let read = plain_records(&source.source_batch(), 104).unwrap();
-        assert_eq!(read, expected[4..], "{codec:?}");
-    }
-}
-
-#[test]
-fn a_plain_record_knows_the_size_of_a_batch_holding_it_alone() {
-    // Values across the varint widths, with a header without value and a null key.
-    for value_len in [0, 20, 63, 64, 200, 8_191, 8_192, 500_000] {
-        let mut source = Source::new(Compression::None, 7, 1);
-        source.value_len = value_len;
-        for key in [true, false] {
-            let mut records = source.records();
-            if !key {
-                records[0].key = None;
-            }
-            let mut buf = BytesMut::new();
-            RecordBatchEncoder::encode(
-                &mut buf,
-                &records,
-                &RecordEncodeOptions {
-                    version: MAGIC_V2,
-                    compression: Compression::None,
-                },
-            )
-            .unwrap();
-            let batch = only(buf.freeze());
-            let plain = plain_records(&batch, 7).unwrap();
-            assert_eq!(
-                plain[0].alone_size(),
-                batch.size(),
-                "value of {value_len} B, key {key}"
-            );
-        }
-    }
-}
-
-#[test]
-fn plain_records_keep_a_repeated_header_key_in_order() {
-    let source = Source::new(Compression::None, 10, 3);
-    // The first record's two headers, "trace" and "empty", both called "trace".
-    let mut repeated = as_plain(&source.records());
-    repeated[0].headers[1].0 = Bytes::from_static(b"trace");
-    let bytes = source.batch();
-    let at = bytes
-        .windows(5)
-        .position(|w| w == b"empty")
-        .expect("the header key");
-    let batch = only(patched(&bytes, |b| b[at..at + 5].copy_from_slice(b"trace")));
-    let read = plain_records(&batch, 10).unwrap();
-    assert_eq!(read, repeated);
-    assert_eq!(
-        read[0].headers,
-        vec![
-            (Bytes::from_static(b"trace"), Some(Bytes::from("t-10"))),
-            (Bytes::from_static(b"trace"), None)
-        ]
-    );
-    // What the engine falls back from: the crate's encoder cannot carry it.
-    assert!(matches!(
-        prepare(&batch, 10, 100, STAMP),
-        Err(BatchError::RepeatedHeaderKey { offset: 10, .. })
-    ));
-}
-
-#[test]
-fn plain_records_of_a_log_append_time_batch_carry_the_append_time() {
-    let source = Source::new(Compression::Lz4, 50, 5);
-    let batch = only(with_log_append_time(&source.batch(), 1_800_000_000_000));
-    let read = plain_records(&batch, 50).unwrap();
-    assert_eq!(read.len(), 5);
-    assert!(read.iter().all(|r| r.timestamp == 1_800_000_000_000));
 }
