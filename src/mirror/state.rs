@@ -20,7 +20,15 @@ use crate::mirror::Partition;
 #[derive(Debug, Default)]
 pub struct Control {
     stop: AtomicBool,
-    fatal: Mutex<Option<String>>,
+    fatal: Mutex<Option<Fatal>>,
+}
+
+#[derive(Debug)]
+struct Fatal {
+    message: String,
+    /// Only a consequence of another failure (a record failed because the producer had
+    /// failed already): the failure that names its cause takes its place.
+    consequence: bool,
 }
 
 impl Control {
@@ -37,19 +45,43 @@ impl Control {
         self.stop.load(Ordering::SeqCst)
     }
 
-    /// Records a fatal error (the first one wins) and asks every stream to stop.
+    /// Records a fatal error (the first one wins, over consequences only) and asks every
+    /// stream to stop.
     pub fn fail(&self, message: String) {
+        self.record(message, false);
+    }
+
+    /// Records a failure that is only the consequence of another (librdkafka fails every
+    /// record queued behind a fatal producer error with `Fatal`, and their reports can come
+    /// before the report of the record the broker refused): it stands only until a failure
+    /// that names the cause comes, which takes its place. Asks every stream to stop.
+    pub fn fail_as_consequence(&self, message: String) {
+        self.record(message, true);
+    }
+
+    fn record(&self, message: String, consequence: bool) {
         let mut fatal = self.fatal.lock().unwrap_or_else(|e| e.into_inner());
-        if fatal.is_none() {
+        let replaces = match fatal.as_ref() {
+            None => true,
+            Some(first) => first.consequence && !consequence,
+        };
+        if replaces {
             tracing::error!("{message}");
-            *fatal = Some(message);
+            *fatal = Some(Fatal {
+                message,
+                consequence,
+            });
         }
         drop(fatal);
         self.request_stop();
     }
 
     pub fn failure(&self) -> Option<String> {
-        self.fatal.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.fatal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|f| f.message.clone())
     }
 }
 
@@ -533,6 +565,35 @@ impl ShutdownGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_failure_wins() {
+        let control = Control::new();
+        control.fail("first".into());
+        control.fail("second".into());
+        assert_eq!(control.failure().as_deref(), Some("first"));
+        assert!(control.stop_requested());
+    }
+
+    #[test]
+    fn a_failure_naming_its_cause_takes_the_place_of_a_consequence() {
+        let control = Control::new();
+        control.fail_as_consequence("offset 158: Fatal".into());
+        assert!(control.stop_requested());
+        control.fail_as_consequence("offset 159: Fatal".into());
+        assert_eq!(control.failure().as_deref(), Some("offset 158: Fatal"));
+        control.fail("offset 0: topic authorization failed".into());
+        control.fail("offset 7: another".into());
+        assert_eq!(
+            control.failure().as_deref(),
+            Some("offset 0: topic authorization failed")
+        );
+        control.fail_as_consequence("offset 160: Fatal".into());
+        assert_eq!(
+            control.failure().as_deref(),
+            Some("offset 0: topic authorization failed")
+        );
+    }
 
     #[test]
     fn a_cluster_is_out_of_reach_after_two_statistics_in_a_row_say_so() {

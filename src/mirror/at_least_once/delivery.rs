@@ -102,12 +102,16 @@ fn send_failed_as(
         let advice = timestamps::refusal_advice(target_topic, timestamp.map(|t| now - t));
         reason = format!("{reason}: {advice}");
     }
-    send_failed_because(
+    // A record failed with `Fatal` failed because the producer had failed: the record the
+    // broker refused (reported before or after it) names the cause.
+    let consequence = error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal);
+    record_send_failure(
         shared,
         ticket,
         target_topic,
         &clients::code_name(error),
         &reason,
+        consequence,
     );
 }
 
@@ -171,6 +175,19 @@ pub(super) fn send_failed_because(
     code: &str,
     reason: &str,
 ) {
+    record_send_failure(shared, ticket, target_topic, code, reason, false);
+}
+
+/// [`send_failed_because`]; `consequence`: the record failed only because the producer had
+/// failed already ([`Control::fail_as_consequence`](crate::mirror::state::Control)).
+fn record_send_failure(
+    shared: &StreamShared,
+    ticket: Ticket,
+    target_topic: &str,
+    code: &str,
+    reason: &str,
+    consequence: bool,
+) {
     shared.stats.recorded.count_send_error(code.to_owned());
     let mut tracker = shared.tracker();
     // Failed (abort: the commit point never passes it) or given up (skip: the commit point
@@ -186,10 +203,15 @@ pub(super) fn send_failed_because(
     };
     drop(tracker);
     if shared.abort_on_send_failure {
-        shared.control.fail(format!(
+        let message = format!(
             "cannot mirror {source} to target topic {target_topic}: {reason}. Stopping \
              (--abort.on.send.failure true); the committed offset stays before this record"
-        ));
+        );
+        if consequence {
+            shared.control.fail_as_consequence(message);
+        } else {
+            shared.control.fail(message);
+        }
     } else {
         Stats::add(&shared.stats.dropped, 1);
         tracing::warn!(
