@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::Offset;
@@ -384,6 +384,24 @@ impl TxShared {
             };
             if is_fenced(&e) && !self.shared.control.stop_requested() {
                 self.retire_fenced(&fenced(&self.txid, &e, "abort the transaction"));
+                return Ok(());
+            }
+            if tries > 0
+                && e.rdkafka_error_code() == Some(RDKafkaErrorCode::InvalidTransactionalState)
+                && !self.shared.control.stop_requested()
+            {
+                // Refused as "in an invalid state" after tries that waited out the target: the
+                // coordinator ended the transaction itself meanwhile (it outlived
+                // transaction.timeout.ms) and holds no transaction of this producer to abort.
+                // Nothing of it is visible; a new incarnation's producer (InitProducerId on
+                // the same transactional id) finds the id's transaction ended either way.
+                self.retire_fenced(&format!(
+                    "the target refused the abort of transactional id {}'s open transaction \
+                     ({e}) after {tries} tries: its coordinator ended that transaction itself \
+                     (it outlived transaction.timeout.ms while the target was unreachable); \
+                     nothing of it is visible to read_committed readers",
+                    self.txid
+                ));
                 return Ok(());
             }
             let retriable = matches!(&e, KafkaError::Transaction(r) if r.is_retriable());
