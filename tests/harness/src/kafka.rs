@@ -997,11 +997,21 @@ fn java_program() -> std::ffi::OsString {
 }
 
 /// Where the class-data archive of the jars in `libs` is kept for the JVM that runs the tests:
-/// beside `libs`, named by that JVM's binary (its size and time), since an archive serves only
-/// the JVM that wrote it. None when the JVM cannot be found.
+/// beside `libs`, named by that JVM's binary (its size and time) and by when the jars were
+/// fetched (`scripts/kafka-jars`' marker), since an archive serves only the JVM that wrote it
+/// and the jars it was made of. None when the JVM or the marker cannot be found.
 fn class_archive_of(libs: &Path) -> Option<PathBuf> {
     static JVM_KEY: OnceLock<Option<String>> = OnceLock::new();
-    let key = JVM_KEY.get_or_init(|| {
+    let seconds = |path: &Path| -> Option<u64> {
+        let modified = std::fs::metadata(path).ok()?.modified().ok()?;
+        Some(
+            modified
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?
+                .as_secs(),
+        )
+    };
+    let jvm = JVM_KEY.get_or_init(|| {
         let program = PathBuf::from(java_program());
         let found = if program.components().count() > 1 {
             Some(program)
@@ -1010,19 +1020,13 @@ fn class_archive_of(libs: &Path) -> Option<PathBuf> {
                 .map(|dir| dir.join(&program))
                 .find(|p| p.is_file())
         }?;
-        let meta = std::fs::metadata(std::fs::canonicalize(found).ok()?).ok()?;
-        let modified = meta
-            .modified()
-            .ok()?
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()?
-            .as_secs();
-        Some(format!("{:x}-{modified:x}", meta.len()))
+        let binary = std::fs::canonicalize(found).ok()?;
+        let size = std::fs::metadata(&binary).ok()?.len();
+        Some(format!("{size:x}-{:x}", seconds(&binary)?))
     });
-    Some(
-        libs.parent()?
-            .join(format!("classes-{}.jsa", key.as_ref()?)),
-    )
+    let base = libs.parent()?;
+    let jars = seconds(&base.join(".complete"))?;
+    Some(base.join(format!("classes-{}-{jars:x}.jsa", jvm.as_ref()?)))
 }
 
 /// Makes the class-data sharing archive of `version`'s jars once (`-XX:ArchiveClassesAtExit`,
@@ -1030,30 +1034,69 @@ fn class_archive_of(libs: &Path) -> Option<PathBuf> {
 /// classes it loaded are kept in one file that every later JVM on these jars maps instead of
 /// loading and verifying them again. Measured on 2 cores: a broker takes 1.4 CPU seconds
 /// instead of 2.5 to listen, and 1.1 s instead of 2.2. Across test processes one makes it
-/// (a file lock) while the others wait; when it cannot be made, the JVMs run without it.
+/// (a file lock) while the others wait. It never fails a test: an archive that cannot be made
+/// (an older JVM, a node that does not start) is said once and marked (`.failed` beside it),
+/// and the JVMs run without it.
 fn make_class_archive(version: KafkaVersion) {
-    static TRIED: Mutex<Vec<KafkaVersion>> = Mutex::new(Vec::new());
-    let mut tried = TRIED.lock().unwrap_or_else(|e| e.into_inner());
-    if tried.contains(&version) {
+    static TRIED: [Mutex<bool>; 3] = [Mutex::new(false), Mutex::new(false), Mutex::new(false)];
+    let slot = match version {
+        KafkaVersion::V2_8 => 0,
+        KafkaVersion::V3_9 => 1,
+        KafkaVersion::V4 => 2,
+    };
+    let mut tried = TRIED[slot].lock().unwrap_or_else(|e| e.into_inner());
+    if *tried {
         return;
     }
-    tried.push(version);
+    *tried = true;
     let libs = version.libs();
     let Some(archive) = class_archive_of(&libs) else {
         return;
     };
-    if archive.exists() {
+    let failed = archive.with_extension("failed");
+    let made_or_given_up = || archive.exists() || failed.exists();
+    if made_or_given_up() {
         return;
     }
-    let lock_path = archive.with_extension("lock");
-    let Ok(lock) = std::fs::File::create(&lock_path) else {
+    let Ok(lock) = std::fs::File::create(archive.with_extension("lock")) else {
         return;
     };
-    if lock.lock().is_err() || archive.exists() {
+    if lock.lock().is_err() || made_or_given_up() {
         return;
     }
     let started = Instant::now();
     let dumped = archive.with_extension(format!("{}.tmp", std::process::id()));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        dump_classes(version, &libs, &dumped)
+    }))
+    .unwrap_or_else(|_| Err("the warm-up node failed (its panic is above)".to_owned()))
+    .and_then(|()| {
+        std::fs::rename(&dumped, &archive).map_err(|e| format!("{}: {e}", dumped.display()))
+    });
+    match outcome {
+        Ok(()) => eprintln!(
+            "kafka {}: class-data archive {} made in {:.1} s",
+            version.version(),
+            archive.display(),
+            started.elapsed().as_secs_f64()
+        ),
+        Err(why) => {
+            let _ = std::fs::remove_file(&dumped);
+            eprintln!(
+                "kafka {}: no class-data archive ({why}); the JVMs load the classes themselves \
+                 (delete {} to try again)",
+                version.version(),
+                failed.display()
+            );
+            let _ = std::fs::write(&failed, format!("{why}\n"));
+        }
+    }
+}
+
+/// Starts a node of `version` that writes the classes it loaded into `dumped` as it exits,
+/// warms it up, stops it (SIGTERM: the JVM writes the archive on its way out) and checks that
+/// a JVM maps the archive (`-Xshare:on` refuses one that is cut short or not its own).
+fn dump_classes(version: KafkaVersion, libs: &Path, dumped: &Path) -> Result<(), String> {
     let at_exit = format!("-XX:ArchiveClassesAtExit={}", dumped.display());
     let jvm: Vec<&str> = QUICK_JVM
         .iter()
@@ -1063,21 +1106,28 @@ fn make_class_archive(version: KafkaVersion) {
     let mut cluster = KafkaCluster::start_inner(version, 1, &[], None, &jvm, &[]);
     cluster.create_topic("warm-up", 1, 1, &[]);
     let _ = super::write_samples(&cluster.bootstrap(), "warm-up", 0..100, 1, 10);
-    // A controlled shutdown: the JVM writes the archive as it exits.
     cluster.stop(1);
     drop(cluster);
-    match std::fs::rename(&dumped, &archive) {
-        Ok(()) => eprintln!(
-            "kafka {}: class-data archive {} made in {:.1} s",
-            version.version(),
-            archive.display(),
-            started.elapsed().as_secs_f64()
-        ),
-        Err(e) => eprintln!(
-            "kafka {}: no class-data archive ({}: {e}); the JVMs load the classes themselves",
-            version.version(),
-            dumped.display()
-        ),
+    // A JVM given a broken archive can abort: its crash report goes to the temporary folder.
+    let check = Command::new(java_program())
+        .args(QUICK_JVM)
+        .current_dir(std::env::temp_dir())
+        .arg("-XX:-CreateCoredumpOnCrash")
+        .arg("-Xshare:on")
+        .arg(format!("-XX:SharedArchiveFile={}", dumped.display()))
+        .arg("-cp")
+        .arg(format!("{}/*", libs.display()))
+        .arg("-version")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running java: {e}"))?;
+    if check.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the archive the node wrote does not map: {}",
+            String::from_utf8_lossy(&check.stderr).trim()
+        ))
     }
 }
 
