@@ -96,7 +96,7 @@ fn usage(problem: &str) -> ! {
 
 fn parse_options() -> Options {
     let mut options = Options {
-        capacity: 4,
+        capacity: 6,
         threads: 2,
         only: None,
         skip: HashSet::new(),
@@ -281,9 +281,11 @@ fn last_durations(path: &Path) -> HashMap<String, f64> {
 fn build(cargo_args: &[String]) -> Vec<Job> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut child = Command::new(&cargo)
+        // The message format before the caller's arguments: after a `--` among them it would
+        // go to the test binaries, and cargo would print no artifacts.
         .args(["test", "--workspace", "--no-run"])
-        .args(cargo_args)
         .arg("--message-format=json-diagnostic-rendered-ansi")
+        .args(cargo_args)
         .current_dir(workspace_root())
         .stdout(Stdio::piped())
         .spawn()
@@ -312,6 +314,10 @@ fn build(cargo_args: &[String]) -> Vec<Job> {
     let status = child.wait().expect("waiting for cargo");
     if !status.success() {
         eprintln!("suite: the test build failed ({status})");
+        std::process::exit(1);
+    }
+    if jobs.is_empty() {
+        eprintln!("suite: the build named no test executable (cargo arguments: {cargo_args:?})");
         std::process::exit(1);
     }
     jobs
@@ -442,7 +448,10 @@ fn summary(log: &Path) -> String {
     }
 }
 
-fn start(job: Job, threads: u32, logs: &Path) -> Running {
+/// Starts `job` in a process group of its own, its output into `logs/NAME.log`, and notes its
+/// group in `running/` (its pid), for `./scripts/test` to kill what still runs when it is
+/// interrupted: a group of its own does not get the terminal's Ctrl-C.
+fn start(job: Job, threads: u32, logs: &Path, running: &Path) -> Running {
     let log = logs.join(format!("{}.log", job.name.replace('/', "-")));
     let out = File::create(&log).unwrap_or_else(|e| usage(&format!("{}: {e}", log.display())));
     // The doc tests run through cargo (`cargo test --doc ARGS`), which passes what follows
@@ -468,6 +477,7 @@ fn start(job: Job, threads: u32, logs: &Path) -> Running {
     let child = cmd
         .spawn()
         .unwrap_or_else(|e| usage(&format!("starting {}: {e}", job.program.display())));
+    let _ = std::fs::write(running.join(child.id().to_string()), &job.name);
     Running {
         job,
         child,
@@ -513,6 +523,9 @@ fn main() -> ExitCode {
     let logs = suite_dir.join("logs");
     std::fs::create_dir_all(&logs).expect("creating target/suite/logs");
     let last_run = suite_dir.join("last-run.tsv");
+    let running_dir = suite_dir.join("running");
+    let _ = std::fs::remove_dir_all(&running_dir);
+    std::fs::create_dir_all(&running_dir).expect("creating target/suite/running");
     let last = last_durations(&last_run);
 
     let began = Instant::now();
@@ -526,9 +539,6 @@ fn main() -> ExitCode {
         built,
         "ok",
     );
-    jobs.retain(|j| {
-        !options.skip.contains(&j.name) && options.only.as_ref().is_none_or(|o| o.contains(&j.name))
-    });
     let mut planned = Vec::new();
     for mut job in jobs {
         let mut shards = 1;
@@ -567,6 +577,34 @@ fn main() -> ExitCode {
         planned.extend(parts);
     }
     let mut jobs = planned;
+    // --only and --skip take binary names (all its shards) and shard names (`kafka_faults#2`);
+    // a name that is neither is refused, not taken for an empty selection.
+    let named =
+        |name: &str, job: &Job| job.name == name || job.name.split('#').next() == Some(name);
+    let asked = options.only.iter().flatten().chain(options.skip.iter());
+    let unknown: Vec<&String> = asked
+        .filter(|name| !jobs.iter().any(|job| named(name, job)))
+        .collect();
+    if !unknown.is_empty() {
+        let mut known: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+        known.sort_unstable();
+        usage(&format!(
+            "no test binary or shard named {}; there are: {}",
+            unknown
+                .iter()
+                .map(|n| format!("{n:?}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            known.join(" ")
+        ));
+    }
+    jobs.retain(|job| {
+        !options.skip.iter().any(|name| named(name, job))
+            && options
+                .only
+                .as_ref()
+                .is_none_or(|only| only.iter().any(|name| named(name, job)))
+    });
     // Longest first: the long binaries start at once, the short ones fill the gaps.
     jobs.sort_by(|a, b| b.expected.total_cmp(&a.expected));
     if options.list {
@@ -592,13 +630,19 @@ fn main() -> ExitCode {
         let mut i = 0;
         while i < waiting.len() {
             let job = &waiting[i];
-            let gates_open = job.gates.iter().all(|g| g.exists());
+            // A gate never opened (what writes it was killed) fails its binary at --timeout.
+            let gates_open =
+                job.gates.iter().all(|g| g.exists()) || tests_began.elapsed() > options.timeout;
             if gates_open && job.weight <= free {
                 let job = waiting.remove(i);
                 let closed: Vec<String> = job
                     .gates
                     .iter()
-                    .map(|g| std::fs::read_to_string(g).unwrap_or_default())
+                    .map(|g| {
+                        std::fs::read_to_string(g).unwrap_or_else(|_| {
+                            format!("{} was not written within --timeout", g.display())
+                        })
+                    })
                     .filter(|said| said.trim() != "ok")
                     .map(|said| said.trim().to_owned())
                     .collect();
@@ -622,7 +666,7 @@ fn main() -> ExitCode {
                     job.weight,
                     job.expected
                 );
-                running.push(start(job, options.threads, &logs));
+                running.push(start(job, options.threads, &logs, &running_dir));
             } else {
                 i += 1;
             }
@@ -655,6 +699,7 @@ fn main() -> ExitCode {
             };
             // What it started in its group and left behind (a mirror, a JVM) goes with it.
             kill_group(&r.child);
+            let _ = std::fs::remove_file(running_dir.join(r.child.id().to_string()));
             let seconds = r.started.elapsed().as_secs_f64();
             let outcome = summary(&r.log);
             let ok = status.success();
