@@ -28,6 +28,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 /// One test executable (or the doc tests) to run.
+#[derive(Clone)]
 struct Job {
     name: String,
     program: PathBuf,
@@ -248,16 +249,9 @@ fn shard(job: &Job, tests: &[String], shards: u32) -> Vec<Job> {
     (0..shards)
         .map(|i| Job {
             name: format!("{}#{}", job.name, i + 1),
-            program: job.program.clone(),
-            args: job.args.clone(),
-            dir: job.dir.clone(),
-            env: job.env.clone(),
-            weight: job.weight,
             expected: job.expected / shards as f64,
-            gates: job.gates.clone(),
-            threads: job.threads,
             tests: tests.iter().skip(i).step_by(shards).cloned().collect(),
-            through_cargo: job.through_cargo,
+            ..job.clone()
         })
         .collect()
 }
