@@ -11,6 +11,9 @@
 //!   segments wait for retransmission behind a real partition. [`FaultProxy::heal`] lets it
 //!   through, in order, as TCP delivers it once the path is back (a client that gave up on a
 //!   request meanwhile has closed the connection, and its FIN follows the data);
+//! - [`FaultProxy::hold_requests`]: a blackhole in the client-to-upstream direction only, so
+//!   a request either reached the broker before it began (and its answer comes back) or
+//!   never does while it lasts: an unanswered request is one the broker never took;
 //! - [`FaultProxy::reset_all`]: every open connection gets an RST on both sides
 //!   (`SO_LINGER 0`, then close);
 //! - [`FaultProxy::latency`] with jitter, one-way per direction (a round trip pays it twice),
@@ -41,7 +44,8 @@ use super::{free_port, wait_committed, Endpoints, Mirror, GROUP};
 /// The faults in force, switched by the test.
 #[derive(Debug, Clone, Default)]
 struct Faults {
-    blackhole: bool,
+    /// Per direction ([`UP`], [`DOWN`]): nothing passes.
+    held: [bool; 2],
     latency: Duration,
     jitter: Duration,
     /// Added in the upstream -> client direction only.
@@ -96,15 +100,15 @@ impl Shared {
         (*s >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    /// Waits while the link is blackholed; the faults then in force, or `None` once the
+    /// Waits while `direction` is held; the faults then in force, or `None` once the
     /// connection is reset.
-    fn wait_open(&self, conn: &Conn) -> Option<Faults> {
+    fn wait_open(&self, conn: &Conn, direction: usize) -> Option<Faults> {
         let mut f = lock(&self.faults);
         loop {
             if conn.is_reset() {
                 return None;
             }
-            if !f.blackhole {
+            if !f.held[direction] {
                 return Some(f.clone());
             }
             f = self
@@ -210,7 +214,15 @@ impl FaultProxy {
     /// Nothing passes in either direction from now on; no connection is closed (no FIN, no
     /// RST), and new ones are accepted and get no answer.
     pub fn blackhole(&self) {
-        self.shared.set(|f| f.blackhole = true);
+        self.shared.set(|f| f.held = [true, true]);
+    }
+
+    /// Nothing the client sends passes from now on, while the broker's answers to what passed
+    /// before still come back: a request unanswered while this lasts never reached the broker
+    /// (a [`blackhole`](Self::blackhole) holds answers too, so a request that passed just
+    /// before it looks as unanswered as one that never did). Connections stay open.
+    pub fn hold_requests(&self) {
+        self.shared.set(|f| f.held[UP] = true);
     }
 
     /// Every fault lifted: what waited passes, in order.
@@ -376,7 +388,7 @@ fn write_side(shared: &Shared, conn: &Conn, direction: usize, rx: &mpsc::Receive
             Err(_) => return,
         };
         let (Chunk::Data(read_at, _) | Chunk::End(read_at)) = chunk;
-        let Some(faults) = shared.wait_open(conn) else {
+        let Some(faults) = shared.wait_open(conn, direction) else {
             return;
         };
         let mut delay = faults.latency;
@@ -394,7 +406,7 @@ fn write_side(shared: &Shared, conn: &Conn, direction: usize, rx: &mpsc::Receive
         last_due = due;
         loop {
             // A blackhole that begins while a chunk waits for its time holds it too.
-            if shared.wait_open(conn).is_none() {
+            if shared.wait_open(conn, direction).is_none() {
                 return;
             }
             let now = Instant::now();
@@ -740,6 +752,37 @@ mod tests {
         let mut got = [0u8; 4];
         late.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"late");
+    }
+
+    #[test]
+    fn held_requests_pass_nothing_upstream_while_earlier_answers_still_come_back() {
+        let (upstream, received) = echo();
+        let proxy = FaultProxy::start(upstream);
+        let mut c = client(&proxy);
+        proxy.delay_answers(Duration::from_millis(500));
+        c.write_all(b"sent").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while received.load(Ordering::Relaxed) < 4 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The answer to "sent" is on its way back (500 ms late) when the hold begins.
+        proxy.hold_requests();
+        c.write_all(b"held").unwrap();
+        let mut got = [0u8; 4];
+        c.read_exact(&mut got).unwrap();
+        assert_eq!(
+            &got, b"sent",
+            "an answer to a request that passed comes back"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            received.load(Ordering::Relaxed),
+            4,
+            "a request sent during the hold never reaches the upstream"
+        );
+        proxy.heal();
+        c.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"held", "what waited passes once healed");
     }
 
     #[test]
