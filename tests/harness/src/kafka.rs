@@ -413,10 +413,7 @@ impl KafkaCluster {
                 // The brokers register in ZooKeeper: no storage to format.
                 continue;
             }
-            let mut format = java(&libs, &node.dir);
-            format
-                .args(["kafka.tools.StorageTool", "format", "-t", &id, "-c"])
-                .arg(node.dir.join("server.properties"));
+            let mut scram = Vec::new();
             if let Some(KafkaSecurity {
                 listener: SecureListener::SaslSslScram { users },
                 ..
@@ -425,23 +422,12 @@ impl KafkaCluster {
                 // SCRAM credentials go into the metadata log at format time (KIP-900).
                 for (name, password) in *users {
                     for mechanism in ["SCRAM-SHA-512", "SCRAM-SHA-256"] {
-                        format
-                            .arg("--add-scram")
-                            .arg(format!("{mechanism}=[name={name},password={password}]"));
+                        scram.push("--add-scram".to_owned());
+                        scram.push(format!("{mechanism}=[name={name},password={password}]"));
                     }
                 }
             }
-            let out = format
-                .stdin(Stdio::null())
-                .output()
-                .expect("running the JVM (java)");
-            assert!(
-                out.status.success(),
-                "formatting node {}'s storage failed: {}{}",
-                node.id,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            format_storage(&libs, node, &id, &scram, extra);
         }
         let mut cluster = KafkaCluster {
             version,
@@ -948,6 +934,94 @@ pub struct StoredBatch {
     pub control: bool,
     /// -1 for a producer that is neither idempotent nor transactional.
     pub producer_id: i64,
+}
+
+/// Formats `node`'s storage (`kafka.tools.StorageTool format`) for cluster `cluster_id`. A
+/// format takes a JVM of its own (0.7 CPU seconds with the class archive, a third of what a
+/// node takes to listen), and every cluster of the suite needs one per node; yet what it
+/// writes differs between nodes and clusters only in `meta.properties` (the node id, the
+/// cluster id and a random directory id). So the first format of each kind (the jars, the
+/// SCRAM credentials and the extra broker settings, which could change what it writes) is
+/// kept beside the jars, and later nodes copy it and write their own `meta.properties`.
+fn format_storage(
+    libs: &Path,
+    node: &Node,
+    cluster_id: &str,
+    scram: &[String],
+    extra: &[(&str, &str)],
+) {
+    use std::hash::{Hash, Hasher};
+    let data = node.dir.join("data");
+    // Storage elsewhere than `data` is formatted each time.
+    let elsewhere = extra
+        .iter()
+        .any(|(k, _)| matches!(*k, "log.dir" | "log.dirs" | "metadata.log.dir"));
+    let kept = libs.parent().filter(|_| !elsewhere).and_then(|base| {
+        let jars = std::fs::metadata(base.join(".complete"))
+            .and_then(|m| m.modified())
+            .ok()?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (jars, scram, extra).hash(&mut h);
+        Some(base.join("formatted").join(format!("{:016x}", h.finish())))
+    });
+    if let Some(kept) = kept.as_ref().filter(|k| k.join(".complete").exists()) {
+        copy_tree(&kept.join("data"), &data).expect("copying a formatted node's storage");
+        let meta = data.join("meta.properties");
+        let text = std::fs::read_to_string(&meta).expect("the formatted meta.properties");
+        let own: String = text
+            .lines()
+            .map(|line| match line.split_once('=').map(|(k, _)| k) {
+                Some("node.id") => format!("node.id={}\n", node.id),
+                Some("cluster.id") => format!("cluster.id={cluster_id}\n"),
+                Some("directory.id") => format!("directory.id={}\n", random_uuid_base64()),
+                _ => format!("{line}\n"),
+            })
+            .collect();
+        std::fs::write(&meta, own).expect("writing meta.properties");
+        return;
+    }
+    let out = java(libs, &node.dir)
+        .args(["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c"])
+        .arg(node.dir.join("server.properties"))
+        .args(scram)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running the JVM (java)");
+    assert!(
+        out.status.success(),
+        "formatting node {}'s storage failed: {}{}",
+        node.id,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Kept for the next: copied aside, then renamed into place whole (another process may be
+    // doing the same; the first rename wins, and either copy serves).
+    if let Some(kept) = kept {
+        let aside = kept.with_extension(format!("{}.tmp", std::process::id()));
+        let _ = std::fs::remove_dir_all(&aside);
+        let saved = copy_tree(&data, &aside.join("data"))
+            .and_then(|()| std::fs::write(aside.join(".complete"), ""))
+            .and_then(|()| std::fs::create_dir_all(kept.parent().expect("a parent")))
+            .and_then(|()| std::fs::rename(&aside, &kept));
+        if saved.is_err() {
+            let _ = std::fs::remove_dir_all(&aside);
+        }
+    }
+}
+
+/// Copies the files and folders under `from` into `to` (made if missing).
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
 }
 
 /// `java` (or `$JAVA`) with a small heap and start-up-friendly flags, Kafka's jars on the class
