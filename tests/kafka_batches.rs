@@ -2133,3 +2133,67 @@ fn an_idle_batch_mirror_with_heartbeats_stays_within_two_seconds_of_delay() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// A broker closes the connection, without answering, on a request larger than its
+/// `socket.request.max.bytes`. A round of 16 partitions' 1 MB batches to a target broker that
+/// takes 2 MiB goes out as four requests of about 4 MB: sent again as it was, it would be
+/// closed on for ever (before: 0 copied in 90 s, nothing at warn). The engine says at warn
+/// that the broker closed the connection on a request, carries less in each request to that
+/// broker from then on, and copies every record as it was.
+#[test]
+fn a_round_larger_than_the_target_takes_in_one_request_is_sent_in_smaller_requests() {
+    let started = Instant::now();
+    let topic = "oversized-rounds";
+    let partitions = 16;
+    let pair = KafkaPair::with(
+        KAFKA_4,
+        1,
+        &[("socket.request.max.bytes", "2097152")],
+        topic,
+        partitions,
+        &[],
+    );
+    // 1 MB batches on the source: librdkafka's requests stay within its message.max.bytes
+    // (1,000,000), below the brokers' limit.
+    let p = producer(
+        &pair.src(),
+        &[("batch.size", "1000000"), ("linger.ms", "200")],
+    );
+    let records = 16 * 2000;
+    for i in 0..records {
+        let s = sample(i, partitions, 1000);
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
+            .partition(s.partition)
+            .timestamp(s.timestamp);
+        record.key = s.key.as_deref();
+        record.payload = s.value.as_deref();
+        send_waiting(&p, record, None).expect("producing to the source");
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(30))
+        .expect("flushing the source producer");
+    let mut mirror = pair
+        .mirror()
+        .copy_mode(CopyMode::Batches)
+        .commit_ms(300)
+        .start();
+    pair.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    let said = log
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("closed the connection on a Produce request"));
+    eprintln!(
+        "TRIAL batches oversized-round kafka 4.4.0: {records} records of 1 KB in 1 MB batches \
+         over {partitions} partitions, the target taking requests of 2 MiB: copied, said: \
+         {said:?}, {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(said.is_some(), "nothing said at warn; log:\n{log}");
+    for n in 0..partitions {
+        let s: Vec<Record> = pair.source_records(n);
+        let t: Vec<Record> = pair.target_records(topic, n);
+        assert_eq!(s.len(), t.len(), "partition {n}: record counts");
+        assert!(s == t, "partition {n}: the records differ");
+    }
+}

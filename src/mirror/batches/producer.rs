@@ -15,7 +15,7 @@
 //! means the target lacks a batch sent before: the producer takes a new id
 //! ([`BatchProducer::renew`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -92,6 +92,18 @@ pub(crate) struct BatchProducer {
     /// Which partition of a broker's round goes first, turning each round, so that a budget
     /// defers no partition for ever.
     turn: usize,
+    /// The most batch bytes one Produce request carries (a request of one batch excepted,
+    /// which nothing divides): the producer config's `message.max.bytes` (Java:
+    /// `max.request.size`), as librdkafka and the Java producer bound a request.
+    request_cap: usize,
+    /// Per target broker, a lower bound learnt from the broker itself: half of a request it
+    /// closed the connection on (a broker closes a connection on a request larger than its
+    /// `socket.request.max.bytes` without answering, and the same request sent again would
+    /// be closed on for ever).
+    closed_caps: HashMap<i32, usize>,
+    /// Brokers whose closing of a connection on a request was said at warn and that have not
+    /// answered a Produce since.
+    closing_said: HashSet<i32>,
 }
 
 /// A producer id and epoch from InitProducerId (no transactional id) on any target broker,
@@ -143,6 +155,11 @@ fn init_producer_id(cluster: &mut Cluster, deadline: Instant) -> Result<(i64, i1
 /// A budget that has grown back to this is lifted.
 const UNBOUNDED_FROM: usize = 64 << 20;
 
+/// The least a cap learnt from a broker's closing of connections goes down to: a request of
+/// one batch of about Kafka's default `max.message.bytes` (1,048,588), which a broker must
+/// take; a closing on a request no larger is the broker going away, not the request's size.
+const LEAST_LEARNT_CAP: usize = 1 << 20;
+
 /// The most Produce requests (and connections) one round sends a target broker: within
 /// Kafka's default `num.io.threads` (8). One stream's steady rate rose 1.15 times from one
 /// lane to four on 16 partitions of 1 KiB records (docs/benchmark.md, Lanes).
@@ -165,6 +182,13 @@ impl BatchProducer {
             timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
             budgets: HashMap::new(),
             turn: 0,
+            request_cap: props
+                .get("message.max.bytes")
+                .and_then(|v| v.trim().parse().ok())
+                .filter(|&v: &usize| v > 0)
+                .unwrap_or(usize::MAX),
+            closed_caps: HashMap::new(),
+            closing_said: HashSet::new(),
         })
     }
 
@@ -254,7 +278,6 @@ impl BatchProducer {
             let len = members.len();
             members.rotate_left(self.turn % len);
             let Some(&budget) = self.budgets.get(broker) else {
-                round_bytes.insert(*broker, members.iter().map(|&n| items[n].batch.len()).sum());
                 continue;
             };
             let mut bytes = 0;
@@ -269,24 +292,39 @@ impl BatchProducer {
                 kept += 1;
             }
             members.retain(|&n| outcomes[n].is_none());
-            round_bytes.insert(*broker, bytes);
         }
         // Send every lane of every broker, then read every answer: connections made within one
         // timeout, answers awaited within one more, for all brokers together.
+        // Each request within the cap, what fits in none of the lanes deferred.
         let connect_by = Instant::now() + self.cluster.timeout();
-        let mut sent: Vec<(i32, usize, Vec<usize>)> = Vec::new();
-        for (broker, members) in &by_broker {
+        let mut sent: Vec<(i32, usize, Vec<usize>, usize)> = Vec::new();
+        let mut closed: Vec<(i32, usize)> = Vec::new();
+        for (broker, members) in by_broker.iter_mut() {
             let sizes: Vec<usize> = members.iter().map(|&n| items[n].batch.len()).collect();
-            for (lane, picked) in split_lanes(&sizes, LANES).into_iter().enumerate() {
-                let members: Vec<usize> = picked.into_iter().map(|k| members[k]).collect();
+            let (lanes, deferred) = pack_lanes(&sizes, LANES, self.cap_of(*broker));
+            for k in deferred {
+                outcomes[members[k]] = Some(Outcome::Deferred);
+            }
+            let lanes: Vec<Vec<usize>> = lanes
+                .into_iter()
+                .map(|picked| picked.into_iter().map(|k| members[k]).collect())
+                .collect();
+            members.retain(|&n| outcomes[n].is_none());
+            round_bytes.insert(*broker, members.iter().map(|&n| items[n].batch.len()).sum());
+            for (lane, members) in lanes.into_iter().enumerate() {
+                let bytes = members.iter().map(|&n| items[n].batch.len()).sum();
                 let request = self.request(items, &members);
-                let result = self
-                    .cluster
-                    .lane_by(*broker, lane, connect_by)
-                    .map_err(|e| e.to_string())
-                    .and_then(|c| c.send(&request).map_err(|e| e.to_string()));
+                let result = match self.cluster.lane_by(*broker, lane, connect_by) {
+                    Err(e) => Err(e.to_string()),
+                    Ok(c) => c.send(&request).map_err(|e| {
+                        if e.closed_by_broker() {
+                            closed.push((*broker, bytes));
+                        }
+                        e.to_string()
+                    }),
+                };
                 match result {
-                    Ok(()) => sent.push((*broker, lane, members)),
+                    Ok(()) => sent.push((*broker, lane, members, bytes)),
                     Err(reason) => {
                         self.cluster.drop_lane(*broker, lane);
                         refresh = true;
@@ -307,23 +345,27 @@ impl BatchProducer {
         // slowest answer; its budget learns from the whole round.
         let mut late: HashMap<i32, bool> = HashMap::new();
         let mut slowest: HashMap<i32, Duration> = HashMap::new();
-        for (broker, lane, members) in sent {
+        for (broker, lane, members, bytes) in sent {
             let answer = self
                 .cluster
                 .lane_by(broker, lane, answers_by)
-                .map_err(|e| (e.to_string(), false))
+                .map_err(|e| (e.to_string(), false, false))
                 .and_then(|c| {
                     c.receive_by::<ProduceRequest>(answers_by)
-                        .map_err(|e| (e.to_string(), e.timed_out()))
+                        .map_err(|e| (e.to_string(), e.timed_out(), e.closed_by_broker()))
                 });
             let response = match answer {
                 Ok(r) => {
                     let took = slowest.entry(broker).or_default();
                     *took = (*took).max(waited_from.elapsed());
+                    self.closing_said.remove(&broker);
                     r
                 }
-                Err((reason, timed_out)) => {
+                Err((reason, timed_out, closed_on_it)) => {
                     *late.entry(broker).or_default() |= timed_out;
+                    if closed_on_it {
+                        closed.push((broker, bytes));
+                    }
                     // The batches may or may not have landed: sent again with the same
                     // sequences, the target keeps one copy.
                     self.cluster.drop_lane(broker, lane);
@@ -338,6 +380,9 @@ impl BatchProducer {
                 }
             };
             Self::read_answer(items, &members, &response, &mut outcomes, &mut refresh);
+        }
+        for (broker, bytes) in closed {
+            self.closed_on(broker, bytes);
         }
         for (broker, members) in &by_broker {
             if late.get(broker).copied().unwrap_or(false) {
@@ -475,6 +520,39 @@ impl BatchProducer {
         self.budgets.insert(broker, budget);
     }
 
+    /// The most batch bytes one Produce request to `broker` carries.
+    fn cap_of(&self, broker: i32) -> usize {
+        self.closed_caps
+            .get(&broker)
+            .map_or(self.request_cap, |&c| c.min(self.request_cap))
+    }
+
+    /// `broker` closed the connection on a Produce request of `bytes` batch bytes without
+    /// answering it. A broker does so with a request over its `socket.request.max.bytes`, so
+    /// its requests from now on carry at most half of that (never less than
+    /// [`LEAST_LEARNT_CAP`]); the batches are sent again with the same sequences. Said at
+    /// warn: once for each lower cap, otherwise once until the broker answers again.
+    fn closed_on(&mut self, broker: i32, bytes: usize) {
+        let cap = (bytes / 2).max(LEAST_LEARNT_CAP);
+        if bytes > LEAST_LEARNT_CAP && cap < self.cap_of(broker) {
+            self.closed_caps.insert(broker, cap);
+            self.closing_said.insert(broker);
+            tracing::warn!(
+                "target broker {broker} closed the connection on a Produce request of {bytes} \
+                 bytes of batches without answering it, as a broker does with a request over \
+                 its socket.request.max.bytes: requests to it carry at most {cap} bytes from \
+                 now on, and the batches are sent again. Set the producer's message.max.bytes \
+                 below the brokers' socket.request.max.bytes to start there"
+            );
+        } else if self.closing_said.insert(broker) {
+            tracing::warn!(
+                "target broker {broker} closed the connection on a Produce request of {bytes} \
+                 bytes without answering it; its batches are sent again (the broker going \
+                 away, or refusing this client: the broker's log says which)"
+            );
+        }
+    }
+
     /// A Produce to `broker` was answered after `took`: a budget that it beat by four times
     /// doubles (lifted once large).
     fn answered(&mut self, broker: i32, took: Duration) {
@@ -536,6 +614,42 @@ fn split_lanes(sizes: &[usize], lanes: usize) -> Vec<Vec<usize>> {
             picked
         })
         .collect()
+}
+
+/// Splits a broker's round (the batches' sizes, in the order the round admits them) into at
+/// most `lanes` requests of at most `cap` bytes each, a request of one batch excepted (nothing
+/// divides it): balanced by [`split_lanes`] when that fits, otherwise each batch in turn into
+/// the lightest request it fits in, so that the batches first in the round go first, and what
+/// fits in none deferred. (requests, deferred), as indices into `sizes`.
+fn pack_lanes(sizes: &[usize], lanes: usize, cap: usize) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let balanced = split_lanes(sizes, lanes);
+    let fits = |picked: &Vec<usize>| {
+        picked.len() == 1 || picked.iter().map(|&k| sizes[k]).sum::<usize>() <= cap
+    };
+    if balanced.iter().all(fits) {
+        return (balanced, Vec::new());
+    }
+    let mut split: Vec<(usize, Vec<usize>)> = vec![(0, Vec::new()); lanes.max(1)];
+    let mut deferred = Vec::new();
+    for (k, &size) in sizes.iter().enumerate() {
+        let lightest = split
+            .iter_mut()
+            .filter(|(bytes, picked)| picked.is_empty() || bytes + size <= cap)
+            .min_by_key(|(bytes, _)| *bytes);
+        match lightest {
+            Some((bytes, picked)) => {
+                *bytes += size;
+                picked.push(k);
+            }
+            None => deferred.push(k),
+        }
+    }
+    let requests = split
+        .into_iter()
+        .filter(|(_, picked)| !picked.is_empty())
+        .map(|(_, picked)| picked)
+        .collect();
+    (requests, deferred)
 }
 
 /// Errors the protocol calls retriable, for a Produce.
@@ -632,6 +746,41 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    const MB: usize = 1_000_000;
+
+    #[test]
+    fn requests_within_the_cap_are_balanced_as_without_it() {
+        let sizes = [4 * MB, MB, MB, MB, MB];
+        assert_eq!(
+            pack_lanes(&sizes, 2, 4 * MB),
+            (split_lanes(&sizes, 2), vec![])
+        );
+    }
+
+    #[test]
+    fn no_request_carries_more_than_the_cap_and_what_fits_nowhere_waits() {
+        let sizes = [MB; 16];
+        let (requests, deferred) = pack_lanes(&sizes, 4, 2 * MB + MB / 2);
+        assert_eq!(requests.len(), 4);
+        for r in &requests {
+            assert_eq!(r.len(), 2, "{requests:?}");
+        }
+        // The first in the round's order go first: the partition whose turn it is.
+        let mut sent: Vec<usize> = requests.concat();
+        sent.sort_unstable();
+        assert_eq!(sent, (0..8).collect::<Vec<_>>());
+        assert_eq!(deferred, (8..16).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_cap_goes_alone() {
+        let sizes = [5 * MB, MB, MB, MB, MB];
+        assert_eq!(
+            pack_lanes(&sizes, 2, 2 * MB),
+            (vec![vec![0], vec![1, 2]], vec![3, 4])
+        );
     }
 
     #[test]

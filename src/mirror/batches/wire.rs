@@ -105,6 +105,14 @@ impl WireError {
         use std::io::ErrorKind::{TimedOut, WouldBlock};
         matches!(self, WireError::Io { source, .. } if matches!(source.kind(), TimedOut | WouldBlock))
     }
+
+    /// Whether the broker closed (or reset) the connection: a request it would not read
+    /// (one over its `socket.request.max.bytes`, say), or the broker going away.
+    pub(crate) fn closed_by_broker(&self) -> bool {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+        matches!(self, WireError::Io { source, .. }
+            if matches!(source.kind(), BrokenPipe | ConnectionAborted | ConnectionReset | UnexpectedEof))
+    }
 }
 
 /// How one cluster's connections are made: what every [`Connection::connect`] needs.
