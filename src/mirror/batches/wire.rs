@@ -46,9 +46,28 @@ fn supported(api_key: i16) -> Option<(i16, i16)> {
     })
 }
 
-/// The largest response frame accepted (a fetch answers at most `fetch.max.bytes`, 50 MiB by
-/// default, plus its framing).
-const MAX_FRAME: usize = 256 * 1024 * 1024;
+/// The largest answer accepted to a Fetch: `fetch.max.bytes` (50 MiB by default) and one
+/// batch larger than that returned whole (KIP-74), with their framing.
+const MAX_FETCH_FRAME: usize = 256 * 1024 * 1024;
+
+/// The largest answer accepted to a request of `api_key`: what such a request can bring back,
+/// with room. A size prefix past it is not believed (a broker that is not Kafka, or a broken
+/// one), so that four bytes never make the engine take memory that no answer needs.
+fn answer_bound(api_key: i16) -> usize {
+    use kafka_protocol::messages::*;
+    match api_key {
+        FetchRequest::KEY => MAX_FETCH_FRAME,
+        // Metadata of tens of thousands of partitions is a few MB; a Produce or ListOffsets
+        // answer names each partition of its request once.
+        MetadataRequest::KEY | ProduceRequest::KEY | ListOffsetsRequest::KEY => 64 << 20,
+        // ApiVersions, SASL, InitProducerId: a few hundred bytes.
+        _ => 1 << 20,
+    }
+}
+
+/// How much of an answer's buffer is made ready before its bytes arrive: it then doubles
+/// with what has come, so that a size prefix alone commits no memory.
+const FIRST_READ: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum WireError {
@@ -77,8 +96,13 @@ pub(crate) enum WireError {
         ours: String,
         theirs: String,
     },
-    #[error("broker {broker}: a response frame of {size} bytes is larger than {MAX_FRAME}")]
-    Frame { broker: String, size: i64 },
+    #[error("broker {broker}: an answer to {api} says it is {size} bytes, more than such an answer can be ({bound}): a broken broker, or not Kafka; the connection is dropped")]
+    Frame {
+        broker: String,
+        api: &'static str,
+        size: i64,
+        bound: usize,
+    },
     #[error("broker {broker}: ApiVersions v3 failed with {} (a broker older than Kafka 2.4, or not Kafka)", error_name(*.code))]
     ApiVersions { broker: String, code: i16 },
     #[error("the {role} cluster's broker {broker}: the TLS handshake failed: {reason}; check the ssl.* keys of the {config}")]
@@ -423,18 +447,25 @@ impl Connection {
         let mut size = [0u8; 4];
         read_by(&mut self.stream, &mut size, deadline).map_err(|e| io("no answer", e))?;
         let size = i32::from_be_bytes(size);
-        if size < 0 || size as usize > MAX_FRAME {
+        let bound = answer_bound(sent.api_key);
+        let Some(size) = usize::try_from(size).ok().filter(|&s| s <= bound) else {
             return Err(WireError::Frame {
                 broker: self.broker.clone(),
+                api: api_name(sent.api_key),
                 size: i64::from(size),
+                bound,
             });
-        }
+        };
         // Growing the cleared buffer reclaims the allocation of the last answer split off
-        // when nothing refers to it any more.
+        // when nothing refers to it any more. It grows as the answer's bytes arrive.
         let mut body: Bytes = SCRATCH.with_borrow_mut(|buf| {
             buf.clear();
-            buf.resize(size as usize, 0);
-            read_by(&mut self.stream, buf, deadline).map_err(|e| io("the answer broke off", e))?;
+            while buf.len() < size {
+                let filled = buf.len();
+                buf.resize(size.min(filled.max(FIRST_READ) * 2), 0);
+                read_by(&mut self.stream, &mut buf[filled..], deadline)
+                    .map_err(|e| io("the answer broke off", e))?;
+            }
             Ok(buf.split().freeze())
         })?;
         let codec = |e: anyhow::Error| WireError::Codec {
@@ -514,5 +545,97 @@ pub(crate) fn error_name(code: i16) -> String {
     match kafka_protocol::error::ResponseError::try_from_code(code) {
         None => "NONE".to_owned(),
         Some(e) => format!("{e:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::time::{Duration, Instant};
+
+    use super::{Connection, Dial, WireError};
+
+    /// A broker that answers the first request with a size prefix of `claimed` bytes and
+    /// `sent` bytes of it, then keeps the connection open without a word more.
+    fn broker_claiming(claimed: i32, sent: usize) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let address = listener.local_addr().expect("its address").to_string();
+        std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().expect("the engine connects");
+            let mut size = [0u8; 4];
+            conn.read_exact(&mut size).expect("a request size");
+            let mut request = vec![0u8; i32::from_be_bytes(size) as usize];
+            conn.read_exact(&mut request).expect("the request");
+            conn.write_all(&claimed.to_be_bytes()).expect("a size");
+            conn.write_all(&vec![0u8; sent]).expect("some bytes");
+            std::thread::sleep(Duration::from_secs(10));
+        });
+        address
+    }
+
+    fn dial() -> Dial {
+        Dial {
+            role: "target",
+            config: "producer config",
+            client_id: "test".to_owned(),
+            timeout: Duration::from_secs(5),
+            tls: None,
+            sasl: None,
+        }
+    }
+
+    #[test]
+    fn an_answer_larger_than_its_request_can_bring_back_is_refused_at_once() {
+        // ApiVersions answers in a few hundred bytes; 200 MiB is no ApiVersions answer.
+        let address = broker_claiming(200 << 20, 10);
+        let started = Instant::now();
+        let refused =
+            Connection::connect(&address, &dial(), Instant::now() + Duration::from_secs(5));
+        let Err(e @ WireError::Frame { .. }) = refused else {
+            panic!("not refused by its size: {:?}", refused.err());
+        };
+        let said = e.to_string();
+        assert!(
+            said.contains("an answer to ApiVersions says it is 209715200 bytes"),
+            "{said}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "waited for the bytes"
+        );
+    }
+
+    #[test]
+    fn an_answers_buffer_grows_with_the_bytes_that_came_not_with_its_size_prefix() {
+        // Within ApiVersions' bound, but only 10 bytes of it ever come.
+        let address = broker_claiming(1_000_000, 10);
+        let broke_off = Connection::connect(
+            &address,
+            &dial(),
+            Instant::now() + Duration::from_millis(500),
+        );
+        assert!(
+            matches!(broke_off, Err(WireError::Io { .. })),
+            "{:?}",
+            broke_off.err()
+        );
+        let made_ready = super::SCRATCH.with_borrow(|buf| buf.capacity());
+        assert!(
+            made_ready <= 2 * super::FIRST_READ,
+            "{made_ready} bytes made ready for 10 that came"
+        );
+    }
+
+    #[test]
+    fn a_negative_answer_size_is_refused() {
+        let address = broker_claiming(-5, 0);
+        let refused =
+            Connection::connect(&address, &dial(), Instant::now() + Duration::from_secs(5));
+        assert!(
+            matches!(refused, Err(WireError::Frame { size: -5, .. })),
+            "{:?}",
+            refused.err()
+        );
     }
 }
