@@ -342,11 +342,17 @@ impl Settings {
                 source,
             });
         }
+        // Never mirror into the mirror's own topics on the target.
+        let template = settings.target_topic.clone();
         if let Some(store) = &settings.offset_mapping {
-            // Never mirror into the mirror's own store on the target.
             settings
                 .topics
-                .protect_store(store, &settings.target_topic.clone());
+                .protect_own(store, "offset-mapping store", &template);
+        }
+        if let Some(acls) = &settings.sync_topic_acls {
+            settings
+                .topics
+                .protect_own(&acls.record_topic, "ACL record topic", &template);
         }
         if let Some(given) = &args.sync_group_offsets {
             if settings.offset_mapping.is_none() {

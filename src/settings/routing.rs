@@ -16,15 +16,27 @@ use crate::native::record::Header;
 /// never mirrored.
 pub const STORE_TOPIC_PREFIX: &str = "mirror-maker.offsets.";
 
+/// What every mirror-maker ACL record topic is named (`mirror-maker.acls.<source cluster
+/// name>`, `--sync.topic.acls`): a mirror's bookkeeping, never mirrored.
+pub const ACL_RECORD_TOPIC_PREFIX: &str = "mirror-maker.acls.";
+
+/// The names of mirror-maker's bookkeeping topics, with what each holds.
+const BOOKKEEPING: &[(&str, &str)] = &[
+    (STORE_TOPIC_PREFIX, "offset-mapping store"),
+    (ACL_RECORD_TOPIC_PREFIX, "ACL record topic"),
+];
+
 /// Which topics to mirror: the whole topic name must match (Java's `String.matches`).
 #[derive(Debug, Clone)]
 pub struct TopicFilter {
     pattern: String,
     regex: Regex,
-    /// This mirror's offset-mapping topic on the target and `--target.topic`: a source topic
-    /// named like it, or whose target topic would be it, is not mirrored.
-    store: Option<(String, TopicTemplate)>,
-    /// Source topics already warned about as not mirrored for the store's sake.
+    /// The topics this mirror keeps its bookkeeping in on the target (its offset-mapping
+    /// store, its ACL record topic), with what each holds, and `--target.topic`: a source
+    /// topic named like one, or whose target topic would be one, is not mirrored.
+    owned: Vec<(String, &'static str)>,
+    template: TopicTemplate,
+    /// Source topics already warned about as not mirrored for the bookkeeping's sake.
     warned: Arc<Mutex<HashSet<String>>>,
     /// Mirrored whatever the whitelist says: `--heartbeats.topic`.
     also: Option<String>,
@@ -41,17 +53,22 @@ impl TopicFilter {
         Ok(TopicFilter {
             pattern,
             regex,
-            store: None,
+            owned: Vec::new(),
+            template: TopicTemplate::default(),
             warned: Arc::default(),
             also: None,
         })
     }
 
-    /// Never mirrors into this mirror's own offset-mapping topic `store` on the target: a
-    /// source topic named `store`, or whose target name under `template` is `store`, is
-    /// skipped (with one warning).
-    pub fn protect_store(&mut self, store: &str, template: &TopicTemplate) {
-        self.store = Some((store.to_owned(), template.clone()));
+    /// Never mirrors into `topic`, one of this mirror's own topics on the target (`what`: its
+    /// offset-mapping store, its ACL record topic): a source topic named `topic`, or whose
+    /// target name under `template` is `topic`, is skipped (with one warning). Were it
+    /// mirrored, the mirror would read another's bookkeeping as its own: in a chain
+    /// X -> Y -> Z with default names, Y -> Z would take X -> Y's ACL records for those it
+    /// made on Z, and delete ACLs an administrator made there.
+    pub fn protect_own(&mut self, topic: &str, what: &'static str, template: &TopicTemplate) {
+        self.owned.push((topic.to_owned(), what));
+        self.template = template.clone();
     }
 
     /// Mirrors `topic` too, whether the whitelist matches it or not (the heartbeats topic:
@@ -61,10 +78,10 @@ impl TopicFilter {
     }
 
     /// Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) are never
-    /// mirrored, as with MirrorMaker's `exclude.internal.topics`; nor are offset-mapping
-    /// stores (see [`STORE_TOPIC_PREFIX`], [`protect_store`](Self::protect_store)), whatever
-    /// the whitelist says: in a chain X → Y → Z, Y's store copied to Z would land in the Y → Z
-    /// mirror's own store.
+    /// mirrored, as with MirrorMaker's `exclude.internal.topics`; nor are mirror-maker's
+    /// bookkeeping topics (offset-mapping stores and ACL record topics, see [`BOOKKEEPING`],
+    /// [`protect_own`](Self::protect_own)), whatever the whitelist says: in a chain
+    /// X → Y → Z, Y's bookkeeping copied to Z would land in the Y → Z mirror's own.
     pub fn matches(&self, topic: &str) -> bool {
         let named = self.regex.is_match(topic) || self.also.as_deref() == Some(topic);
         if topic.starts_with("__") || !named {
@@ -87,27 +104,25 @@ impl TopicFilter {
         false
     }
 
-    /// Why `topic` must not be mirrored for an offset-mapping store's sake, if it must not.
+    /// Why `topic` must not be mirrored for a bookkeeping topic's sake, if it must not.
     fn store_conflict(&self, topic: &str) -> Option<String> {
-        if topic.starts_with(STORE_TOPIC_PREFIX) {
+        if let Some((prefix, what)) = BOOKKEEPING.iter().find(|(p, _)| topic.starts_with(p)) {
             return Some(format!(
-                "it is named like a mirror-maker offset-mapping store ({STORE_TOPIC_PREFIX}*), \
-                 another mirror's bookkeeping"
+                "it is named like a mirror-maker {what} ({prefix}*), another mirror's \
+                 bookkeeping"
             ));
         }
-        let (store, template) = self.store.as_ref()?;
-        if topic == store {
+        if let Some((own, what)) = self.owned.iter().find(|(own, _)| own == topic) {
             return Some(format!(
-                "it has the name of this mirror's offset-mapping topic ({store}), another \
-                 mirror's bookkeeping"
+                "it has the name of this mirror's {what} ({own}), another mirror's bookkeeping"
             ));
         }
-        (template.render(topic) == *store).then(|| {
-            format!(
-                "its target topic would be {store}, this mirror's own offset-mapping store; \
-                 change --target.topic or --offset.mapping.topic"
-            )
-        })
+        let target = self.template.render(topic);
+        let (own, what) = self.owned.iter().find(|(own, _)| *own == target)?;
+        Some(format!(
+            "its target topic would be {own}, this mirror's own {what}; change --target.topic \
+             (or the name of the {what})"
+        ))
     }
 
     /// The regex matched against topic names (after [`java_whitelist`]).
@@ -358,16 +373,44 @@ mod tests {
     }
 
     #[test]
+    fn an_acl_record_topic_is_never_mirrored_even_by_dot_star() {
+        // A chain X -> Y -> Z with default names and --sync.topic.acls: Y holds X -> Y's
+        // record of the ACLs it made there.
+        let all = TopicFilter::new(".*").unwrap();
+        assert!(!all.matches("mirror-maker.acls.source"));
+        assert!(!all.matches("mirror-maker.acls.dc1"));
+        assert!(all.matches("mirror-maker.aclsource"));
+    }
+
+    #[test]
+    fn no_source_topic_is_mirrored_into_this_mirrors_own_acl_record_topic() {
+        let mut renamed = TopicFilter::new(".*").unwrap();
+        let template = TopicTemplate::parse("dc1.{topic}").unwrap();
+        renamed.protect_own("dc1.offsets", "offset-mapping store", &template);
+        renamed.protect_own("dc1.grants", "ACL record topic", &template);
+        assert!(
+            !renamed.matches("grants"),
+            "its target name would be the record topic"
+        );
+        assert!(!renamed.matches("offsets"));
+        assert!(renamed.matches("orders"));
+    }
+
+    #[test]
     fn no_source_topic_is_mirrored_into_this_mirrors_own_store() {
         let mut renamed = TopicFilter::new(".*").unwrap();
-        renamed.protect_store("dc1.offsets", &TopicTemplate::parse("dc1.{topic}").unwrap());
+        renamed.protect_own(
+            "dc1.offsets",
+            "offset-mapping store",
+            &TopicTemplate::parse("dc1.{topic}").unwrap(),
+        );
         // Its target name would be the store.
         assert!(!renamed.matches("offsets"));
         assert!(renamed.matches("orders"));
         // Named like the store itself (a store of another mirror on the source).
         assert!(!renamed.matches("dc1.offsets"));
         let mut plain = TopicFilter::new("orders|mapping").unwrap();
-        plain.protect_store("mapping", &TopicTemplate::default());
+        plain.protect_own("mapping", "offset-mapping store", &TopicTemplate::default());
         assert!(!plain.matches("mapping"));
         assert!(plain.matches("orders"));
     }
