@@ -23,7 +23,17 @@ pub struct FileError {
     pub flag: &'static str,
     pub path: PathBuf,
     pub problem: Problem,
+    /// Why no one but its owner may write it ([`CONFIG_IS_CODE`], [`TRUST_AND_IDENTITY`]).
+    pub because: &'static str,
 }
+
+/// Why a config file or a plugin's arguments may be written by their owner only.
+pub const CONFIG_IS_CODE: &str = "a config file is code: `sasl.kerberos.kinit.cmd` runs a \
+    command, `plugin.library.paths` loads a library";
+
+/// Why a TLS key, certificate or CA file may be written by its owner only.
+pub const TRUST_AND_IDENTITY: &str = "whoever writes it chooses which brokers the mirror \
+    trusts or whom it says it is";
 
 #[derive(Debug)]
 pub enum Problem {
@@ -49,14 +59,13 @@ impl fmt::Display for FileError {
             Problem::TooLarge(size) => write!(
                 f,
                 "{what} {path} ({flag}) has {size} bytes, more than the {MAX_FILE_BYTES} bytes \
-                 a config file may have: is it the right file?"
+                 such a file may have: is it the right file?"
             ),
             Problem::Writable(mode) => write!(
                 f,
                 "{what} {path} ({flag}) may be written by its group or by others (mode \
-                 {mode:04o}), and a config file is code: `sasl.kerberos.kinit.cmd` runs a \
-                 command, `plugin.library.paths` loads a library. Take their write permission \
-                 away: chmod go-w {path}"
+                 {mode:04o}), and {}. Take their write permission away: chmod go-w {path}",
+                self.because
             ),
         }
     }
@@ -86,12 +95,24 @@ pub fn read(
     flag: &'static str,
     path: &Path,
 ) -> Result<FileContents, FileError> {
+    read_guarded(what, flag, path, CONFIG_IS_CODE)
+}
+
+/// As [`read`], for a file that `because` says no one but its owner may write (a key or
+/// certificate file named by a config key: `flag` is then that key).
+pub fn read_guarded(
+    what: &'static str,
+    flag: &'static str,
+    path: &Path,
+    because: &'static str,
+) -> Result<FileContents, FileError> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
     let error = |problem| FileError {
         what,
         flag,
         path: path.to_owned(),
         problem,
+        because,
     };
     let check = |meta: &std::fs::Metadata| -> Result<u32, FileError> {
         let kind = meta.file_type();

@@ -7,6 +7,11 @@
 //! `https` by default as in librdkafka, or `none`), `enable.ssl.certificate.verification`, and
 //! `ssl.cipher.suites`, `ssl.curves.list`, `ssl.sigalgs.list`. Which keys are honoured at all
 //! is decided by `settings::wire_security`.
+//!
+//! As in librdkafka, a configured CA (`ssl.ca.location`, `ssl.ca.pem`) is the whole trust set:
+//! OpenSSL's default paths and `SSL_CERT_FILE`/`SSL_CERT_DIR` only serve when neither is
+//! given. The files are read as config files are (`settings::files`): regular files of at
+//! most 1 MiB that only their owner may write, a private key others may read warned about.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -15,9 +20,11 @@ use std::path::Path;
 use openssl::pkcs12::Pkcs12;
 use openssl::pkey::{PKey, Private};
 use openssl::ssl::{SslConnector, SslMethod, SslStream, SslVerifyMode};
+use openssl::x509::store::X509StoreBuilder;
 use openssl::x509::X509;
 
 use crate::settings::client::ClientProps;
+use crate::settings::files::{self, FileError};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum TlsError {
@@ -41,6 +48,39 @@ pub(crate) enum TlsError {
         config: &'static str,
         reason: String,
     },
+    #[error("{} in the {config}: {source}", source.flag)]
+    Unsafe {
+        config: &'static str,
+        source: FileError,
+    },
+}
+
+/// Reads the file a TLS key names as config files are read ([`files::read_guarded`]): a
+/// FIFO, a device such as `/dev/zero` or a file of a wrong size fails at start naming the
+/// key, instead of hanging or taking memory without end; a file others may write is refused,
+/// and a private key (`secret`) others may read is warned about.
+fn read_file(
+    props: &ClientProps,
+    key: &'static str,
+    location: &str,
+    what: &'static str,
+    secret: bool,
+) -> Result<Vec<u8>, TlsError> {
+    let path = Path::new(location);
+    let contents =
+        files::read_guarded(what, key, path, files::TRUST_AND_IDENTITY).map_err(|source| {
+            TlsError::Unsafe {
+                config: props.role.config(),
+                source,
+            }
+        })?;
+    if secret {
+        let holding = "a private key";
+        if let Some(warning) = files::exposure_warning(what, path, &contents, holding) {
+            tracing::warn!("{key} in the {}: {warning}", props.role.config());
+        }
+    }
+    Ok(contents.bytes)
 }
 
 /// The system's CA bundles and folders that librdkafka linked with a static OpenSSL probes, in
@@ -98,20 +138,41 @@ impl Tls {
                 }
             }
             (location, pem) => {
+                // The configured CA alone: the connector's builder trusts OpenSSL's default
+                // paths (and SSL_CERT_FILE, SSL_CERT_DIR) from the start, librdkafka does not.
+                builder.set_cert_store(X509StoreBuilder::new().map_err(setup)?.build());
                 if let Some(location) = location {
                     let path = Path::new(location);
-                    let loaded = if path.is_dir() {
-                        builder.load_verify_locations(None, Some(path))
-                    } else {
-                        builder.set_ca_file(path)
-                    };
-                    loaded.map_err(|e| TlsError::File {
+                    let file = |reason: String| TlsError::File {
                         key: "ssl.ca.location",
                         config,
                         path: location.to_owned(),
                         what: "the CA certificates (PEM)",
-                        reason: reason(&e),
-                    })?;
+                        reason,
+                    };
+                    if path.is_dir() {
+                        builder
+                            .load_verify_locations(None, Some(path))
+                            .map_err(|e| file(reason(&e)))?;
+                    } else {
+                        let pem = read_file(
+                            props,
+                            "ssl.ca.location",
+                            location,
+                            "the CA certificates",
+                            false,
+                        )?;
+                        let certs = X509::stack_from_pem(&pem).map_err(|e| file(reason(&e)))?;
+                        if certs.is_empty() {
+                            return Err(file("no certificate in it".to_owned()));
+                        }
+                        for cert in certs {
+                            builder
+                                .cert_store_mut()
+                                .add_cert(cert)
+                                .map_err(|e| file(reason(&e)))?;
+                        }
+                    }
                 }
                 if let Some(pem) = pem {
                     let value = |reason: String| TlsError::Value {
@@ -262,8 +323,13 @@ fn client_identity(props: &ClientProps) -> Result<Option<Identity>, TlsError> {
             what,
             reason,
         };
-        let der =
-            std::fs::read(location).map_err(|e| file("the PKCS#12 key store", e.to_string()))?;
+        let der = read_file(
+            props,
+            "ssl.keystore.location",
+            location,
+            "the PKCS#12 key store",
+            true,
+        )?;
         let parsed = Pkcs12::from_der(&der)
             .and_then(|p| p.parse2(props.get("ssl.keystore.password").unwrap_or("")))
             .map_err(|e| {
@@ -287,13 +353,13 @@ fn client_identity(props: &ClientProps) -> Result<Option<Identity>, TlsError> {
         props.get("ssl.certificate.pem"),
     ) {
         (Some(location), _) => {
-            let pem = std::fs::read(location).map_err(|e| TlsError::File {
-                key: "ssl.certificate.location",
-                config,
-                path: location.to_owned(),
-                what: "the client certificate (PEM)",
-                reason: e.to_string(),
-            })?;
+            let pem = read_file(
+                props,
+                "ssl.certificate.location",
+                location,
+                "the client certificate",
+                false,
+            )?;
             Some(X509::stack_from_pem(&pem).map_err(|e| TlsError::File {
                 key: "ssl.certificate.location",
                 config,
@@ -325,7 +391,13 @@ fn client_identity(props: &ClientProps) -> Result<Option<Identity>, TlsError> {
                 what: "the client's private key (PEM; check ssl.key.password)",
                 reason,
             };
-            let pem = std::fs::read(location).map_err(|e| file(e.to_string()))?;
+            let pem = read_file(
+                props,
+                "ssl.key.location",
+                location,
+                "the client's private key",
+                true,
+            )?;
             Some(
                 PKey::private_key_from_pem_passphrase(&pem, password)
                     .map_err(|e| file(reason(&e)))?,
@@ -583,7 +655,8 @@ mod tests {
     fn a_tls_setting_that_cannot_be_used_is_an_error_naming_its_key() {
         let err = error(&[("ssl.ca.location", "/nonexistent/ca.pem")]);
         assert!(
-            err.starts_with("ssl.ca.location in the producer config (/nonexistent/ca.pem)"),
+            err.starts_with("ssl.ca.location in the producer config")
+                && err.contains("/nonexistent/ca.pem"),
             "{err}"
         );
         let err = error(&[("ssl.ca.pem", "not a certificate")]);
@@ -601,6 +674,112 @@ mod tests {
         assert!(
             err.starts_with("ssl.cipher.suites in the producer config"),
             "{err}"
+        );
+    }
+
+    /// A file in a folder of its own with `mode`.
+    fn file_with(mode: u32, bytes: &[u8]) -> (tempfile::TempDir, String) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.pem");
+        std::fs::write(&path, bytes).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        (dir, path.display().to_string())
+    }
+
+    #[test]
+    fn a_tls_file_that_is_no_regular_file_of_a_key_files_size_is_refused_naming_its_key() {
+        // Before, each was read whole: a FIFO hung the start, /dev/zero took memory without
+        // end, a large file was read and then failed to parse.
+        let (_dir, large) = file_with(0o600, &vec![b'#'; 2 << 20]);
+        for key in [
+            "ssl.key.location",
+            "ssl.certificate.location",
+            "ssl.keystore.location",
+        ] {
+            let err = error(&[(key, large.as_str())]);
+            assert!(
+                err.starts_with(&format!("{key} in the producer config"))
+                    && err.contains("more than the 1048576 bytes"),
+                "{key}: {err}"
+            );
+        }
+        let err = error(&[("ssl.ca.location", large.as_str())]);
+        assert!(err.contains("more than the 1048576 bytes"), "{err}");
+        let err = error(&[("ssl.key.location", "/dev/zero")]);
+        assert!(
+            err.contains("/dev/zero (ssl.key.location) is a character device"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_key_or_ca_file_others_may_write_is_refused() {
+        let (key, cert) = identity();
+        let (_dir, ca) = file_with(0o666, &cert.to_pem().unwrap());
+        let err = error(&[("ssl.ca.location", ca.as_str())]);
+        assert!(
+            err.contains("may be written by its group or by others (mode 0666)")
+                && err.contains("chooses which brokers the mirror trusts")
+                && err.contains("chmod go-w"),
+            "{err}"
+        );
+        let (_dir, key_file) = file_with(0o620, &key.private_key_to_pem_pkcs8().unwrap());
+        let err = error(&[("ssl.key.location", key_file.as_str())]);
+        assert!(err.contains("(mode 0620)"), "{err}");
+    }
+
+    /// Run by [`a_configured_ca_is_the_whole_trust_set`] in a process of its own, with
+    /// `SSL_CERT_FILE` naming the CA of the server at `TRUST_SET_SERVER`: the configured CA
+    /// (another one) must be all that is trusted.
+    #[test]
+    #[ignore = "run by a_configured_ca_is_the_whole_trust_set, in a process of its own"]
+    fn trust_set_in_a_process_of_its_own() {
+        let Ok(address) = std::env::var("TRUST_SET_SERVER") else {
+            return;
+        };
+        let ca = std::env::var("TRUST_SET_CA").unwrap();
+        let tls = Tls::new(&props(&[
+            ("ssl.ca.location", ca.as_str()),
+            ("ssl.endpoint.identification.algorithm", "none"),
+        ]))
+        .unwrap();
+        let refused = tls
+            .handshake("127.0.0.1", TcpStream::connect(address).unwrap())
+            .map(|_| ())
+            .expect_err("a server whose CA is only in SSL_CERT_FILE is trusted");
+        assert!(refused.contains("certificate is refused"), "{refused}");
+    }
+
+    #[test]
+    fn a_configured_ca_is_the_whole_trust_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let (key, cert) = identity();
+        let (_, other) = identity();
+        let env_ca = dir.path().join("env-ca.pem");
+        std::fs::write(&env_ca, cert.to_pem().unwrap()).unwrap();
+        let configured = dir.path().join("ca.pem");
+        std::fs::write(&configured, other.to_pem().unwrap()).unwrap();
+        let address = server(&key, &cert);
+        // In a process of its own: OpenSSL reads SSL_CERT_FILE from the environment, which a
+        // test must not change under the others running beside it.
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "mirror::batches::tls::tests::trust_set_in_a_process_of_its_own",
+            ])
+            .env("SSL_CERT_FILE", &env_ca)
+            .env("TRUST_SET_SERVER", address.to_string())
+            .env("TRUST_SET_CA", &configured)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && said.contains("1 passed"),
+            "{said}{}",
+            String::from_utf8_lossy(&out.stderr)
         );
     }
 }
