@@ -2197,3 +2197,101 @@ fn a_round_larger_than_the_target_takes_in_one_request_is_sent_in_smaller_reques
         assert!(s == t, "partition {n}: the records differ");
     }
 }
+
+/// A broker returns a batch larger than `max.partition.fetch.bytes` only to the first
+/// partition of a Fetch that has records; to the others it returns none. Each of 8 partitions
+/// holds 20 small records, one of 256 KB (its own batch) and then 2 MB of small records; the
+/// mirror fetches 64 KB a partition, into a target topic that stamps each record with its
+/// append time. Listed in a fixed order (before), the partitions behind the first made no
+/// progress past their large record while a partition ahead had records: their records after
+/// it landed after another partition had been copied to its end. Now a partition that
+/// brought nothing goes ahead in the next Fetch: every large record lands before any
+/// partition's last record; each partition's is said at warn once; every record is copied.
+#[test]
+fn a_batch_larger_than_a_partitions_fetch_waits_behind_no_busy_partition() {
+    let started = Instant::now();
+    let topic = "large-batch-turns";
+    let partitions = 8;
+    let pair = KafkaPair::with(KAFKA_4, 1, &[], topic, partitions, &[]);
+    pair.target.create_topic(
+        topic,
+        partitions,
+        1,
+        &[("message.timestamp.type", "LogAppendTime")],
+    );
+    let p = producer(&pair.src(), &[("batch.size", "16384"), ("linger.ms", "5")]);
+    let send = |partition: i32, index: u64, value_bytes: usize| {
+        let s = sample(index, partitions, value_bytes);
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
+            .partition(partition)
+            .timestamp(s.timestamp);
+        record.key = s.key.as_deref();
+        record.payload = s.value.as_deref();
+        send_waiting(&p, record, None).expect("producing to the source");
+        p.poll(Duration::ZERO);
+    };
+    const LARGE_AT: usize = 20;
+    for partition in 0..partitions {
+        for i in 0..LARGE_AT as u64 {
+            send(partition, i, 1000);
+        }
+        p.flush(Duration::from_secs(30)).expect("flushing");
+        send(partition, LARGE_AT as u64, 256 * 1024);
+        p.flush(Duration::from_secs(30)).expect("flushing");
+        for i in 0..2000 {
+            send(partition, 100 + i, 1000);
+        }
+    }
+    p.flush(Duration::from_secs(30))
+        .expect("flushing the source producer");
+    let mut mirror = pair
+        .mirror()
+        .copy_mode(CopyMode::Batches)
+        .consumer(&[("max.partition.fetch.bytes", "65536")])
+        .commit_ms(300)
+        .start();
+    pair.wait_caught_up(&mut mirror);
+    assert_eq!(mirror.stop().code(), Some(0), "log:\n{}", mirror.log());
+    let log = mirror.log();
+    let said = log
+        .lines()
+        .filter(|l| {
+            l.contains("WARN") && l.contains("more than the consumer's max.partition.fetch.bytes")
+        })
+        .count();
+    // Append times on the target: of the record after each large one, of each last record.
+    let mut after_large = Vec::new();
+    let mut last = Vec::new();
+    for n in 0..partitions {
+        let s: Vec<Record> = pair.source_records(n);
+        let t: Vec<Record> = pair.target_records(topic, n);
+        assert_eq!(s.len(), t.len(), "partition {n}: record counts");
+        let content = |r: &Record| (r.key.clone(), r.value.clone(), r.headers.clone());
+        assert!(
+            s.iter().map(content).eq(t.iter().map(content)),
+            "partition {n}: the records differ"
+        );
+        after_large.push(t[LARGE_AT + 1].timestamp.expect("an append time"));
+        last.push(t.last().and_then(|r| r.timestamp).expect("an append time"));
+    }
+    let first = *after_large.iter().min().expect("8 partitions");
+    let latest_after_large = *after_large.iter().max().expect("8 partitions");
+    let first_end = *last.iter().min().expect("8 partitions");
+    eprintln!(
+        "TRIAL batches large-batch-turns kafka 4.4.0: 8 partitions of 20 small records, one of \
+         256 KB and 2,000 more, 64 KB fetched a partition: the last large record passed at \
+         +{} ms, the first partition ended at +{} ms (append times); {said} warnings; {:.0} s",
+        latest_after_large - first,
+        first_end - first,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        latest_after_large <= first_end,
+        "a partition's records after its large one landed after another partition was copied \
+         to its end: after the large records {after_large:?}, last records {last:?}"
+    );
+    assert_eq!(
+        said, partitions as usize,
+        "one warning a partition; log:\n{log}"
+    );
+}

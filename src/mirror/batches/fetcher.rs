@@ -47,11 +47,55 @@ pub(crate) struct PendingFetch {
     sent: Vec<(i32, Vec<Wanted>)>,
 }
 
+/// The order partitions are listed in a Fetch. A broker fills a Fetch answer in its
+/// request's order, and returns a batch larger than `max.partition.fetch.bytes` whole only to
+/// the first partition that has records (KIP-74): to the others it returns no records at all
+/// (Fetch v3 and later; older versions a cut batch). Listed in a fixed order, a partition
+/// behind a busy one whose next batch is that large made no progress for as long as the other
+/// had records. So, as the Java consumer moves a partition that returned records to the end of
+/// its fetch order (`movePartitionToEnd`), a partition that brought a whole batch goes behind
+/// those that did not, and one that brought none goes ahead of them in the next Fetch.
+#[derive(Default)]
+struct FetchOrder {
+    /// When each partition last brought a whole batch (a count of such answers).
+    served: HashMap<(String, i32), u64>,
+    answers: u64,
+}
+
+impl FetchOrder {
+    /// Sorts one broker's partitions: those served longest ago (or never) first, ties kept in
+    /// their order.
+    fn arrange(&self, members: &mut [Wanted]) {
+        members.sort_by_cached_key(|w| self.served.get(&(w.0.clone(), w.1)).copied().unwrap_or(0));
+    }
+
+    /// Notes what a partition's answer held; the size of its first batch, whole or cut.
+    fn note(&mut self, topic: &str, partition: i32, records: &[u8]) -> Option<usize> {
+        let first = first_batch_size(records)?;
+        if first <= records.len() {
+            self.answers += 1;
+            self.served
+                .insert((topic.to_owned(), partition), self.answers);
+        }
+        Some(first)
+    }
+}
+
+/// The size of the first batch (or legacy message set entry) in `records`, by its header:
+/// the base offset (8 bytes) and the length of the rest (4 bytes) come first in every format.
+fn first_batch_size(records: &[u8]) -> Option<usize> {
+    let length = i32::from_be_bytes(records.get(8..12)?.try_into().ok()?);
+    Some(12 + usize::try_from(length).ok()?)
+}
+
 pub(crate) struct Fetcher {
     pub(crate) cluster: Cluster,
     read_committed: bool,
     max_bytes: i32,
     partition_max_bytes: i32,
+    order: FetchOrder,
+    /// Partitions said at warn to hold a batch larger than `max.partition.fetch.bytes`.
+    oversized_said: HashSet<(String, i32)>,
     /// The latest request or answer that failed, for a warning when a partition's fetches
     /// keep failing.
     pub(crate) last_failure: Option<String>,
@@ -73,6 +117,8 @@ impl Fetcher {
             // librdkafka's defaults.
             max_bytes: number("fetch.max.bytes", 52_428_800),
             partition_max_bytes: number("max.partition.fetch.bytes", 1_048_576),
+            order: FetchOrder::default(),
+            oversized_said: HashSet::new(),
             last_failure: None,
         })
     }
@@ -104,7 +150,8 @@ impl Fetcher {
         }
         let max_wait_ms = i32::try_from(max_wait.as_millis()).unwrap_or(500);
         let mut sent = Vec::new();
-        for (broker, members) in by_broker {
+        for (broker, mut members) in by_broker {
+            self.order.arrange(&mut members);
             let mut topics: Vec<FetchTopic> = Vec::new();
             for (topic, partition, offset) in &members {
                 let epoch = self.cluster.leader(topic, *partition).map_or(-1, |l| l.1);
@@ -196,12 +243,16 @@ impl Fetcher {
                         out.push(failed(w, p.error_code));
                         continue;
                     }
+                    let records = p.records.unwrap_or_default();
+                    if let Some(first) = self.order.note(&topic, p.partition_index, &records) {
+                        self.oversized(&topic, p.partition_index, w.2, first);
+                    }
                     out.push(Fetched {
                         topic: topic.clone(),
                         partition: p.partition_index,
                         from: w.2,
                         result: Ok(PartitionData {
-                            records: p.records.unwrap_or_default(),
+                            records,
                             aborted: p
                                 .aborted_transactions
                                 .unwrap_or_default()
@@ -223,6 +274,24 @@ impl Fetcher {
             self.refresh_for(&wanted);
         }
         out
+    }
+
+    /// A partition's first batch fetched (`size` bytes, at or after `offset`): said at warn
+    /// once per partition when it is larger than `max.partition.fetch.bytes`, since such a
+    /// batch comes only when its partition is the first with records in a Fetch.
+    fn oversized(&mut self, topic: &str, partition: i32, offset: i64, size: usize) {
+        let limit = usize::try_from(self.partition_max_bytes).unwrap_or(0);
+        if size <= limit || !self.oversized_said.insert((topic.to_owned(), partition)) {
+            return;
+        }
+        tracing::warn!(
+            "source {topic}/{partition}: a batch at offset {offset} or after is {size} bytes, \
+             more than the consumer's max.partition.fetch.bytes ({limit}): a broker returns \
+             such a batch only to the first partition with records in a Fetch, so \
+             {topic}/{partition} waits its turn to be first while its broker's other \
+             partitions are busy; raise max.partition.fetch.bytes above {size} to fetch such \
+             batches at full rate"
+        );
     }
 
     fn refresh_for(&mut self, wanted: &[(String, i32, i64)]) {
@@ -334,5 +403,60 @@ impl AbortedFilter {
             return false;
         }
         batch.is_transactional() && self.aborting.contains(&batch.producer_id())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch header claiming `size` bytes in all, followed by `present` bytes of it.
+    fn batch(size: usize, present: usize) -> Vec<u8> {
+        let mut b = vec![0u8; present.max(12)];
+        b[8..12].copy_from_slice(&((size - 12) as i32).to_be_bytes());
+        b.truncate(present.max(12));
+        b
+    }
+
+    fn wanted(partitions: &[i32]) -> Vec<Wanted> {
+        partitions.iter().map(|&p| ("t".to_owned(), p, 0)).collect()
+    }
+
+    #[test]
+    fn a_partition_whose_batch_came_cut_goes_first_in_the_next_fetch() {
+        let mut order = FetchOrder::default();
+        let mut members = wanted(&[0, 1, 2, 3]);
+        order.arrange(&mut members);
+        // 0, 1 and 3 brought whole batches; 2's came cut (Fetch v2 and older).
+        assert_eq!(order.note("t", 0, &batch(100, 100)), Some(100));
+        assert_eq!(order.note("t", 1, &batch(100, 150)), Some(100));
+        assert_eq!(order.note("t", 2, &batch(2_000_000, 1000)), Some(2_000_000));
+        assert_eq!(order.note("t", 3, &batch(100, 100)), Some(100));
+        order.arrange(&mut members);
+        let listed: Vec<i32> = members.iter().map(|w| w.1).collect();
+        assert_eq!(listed, vec![2, 0, 1, 3]);
+    }
+
+    #[test]
+    fn partitions_that_brought_records_go_behind_in_the_order_served() {
+        let mut order = FetchOrder::default();
+        let mut members = wanted(&[0, 1, 2]);
+        order.note("t", 0, &batch(50, 50));
+        order.note("t", 1, &batch(50, 50));
+        // 2 brought nothing: it stays ahead of both.
+        assert_eq!(order.note("t", 2, &[]), None);
+        order.note("t", 0, &batch(50, 50));
+        order.arrange(&mut members);
+        let listed: Vec<i32> = members.iter().map(|w| w.1).collect();
+        assert_eq!(listed, vec![2, 1, 0]);
+    }
+
+    #[test]
+    fn the_first_batchs_size_is_read_from_its_header_or_not_at_all() {
+        assert_eq!(first_batch_size(&batch(61, 61)), Some(61));
+        assert_eq!(first_batch_size(&[0u8; 11]), None);
+        let mut negative = vec![0u8; 12];
+        negative[8..12].copy_from_slice(&(-1i32).to_be_bytes());
+        assert_eq!(first_batch_size(&negative), None);
     }
 }
