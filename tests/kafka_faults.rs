@@ -1237,7 +1237,7 @@ fn a_partition_back_after_a_release_whose_unanswered_batch_never_landed_loses_no
         "it may still be written",
         "the first instance's release leaving a batch unanswered",
     );
-    // What the blackhole held is dropped: those batches never reach the target.
+    // What the hold kept is dropped: those batches never reach the target.
     pair.target_link.reset_all();
     pair.target_link.heal();
     wait_assigned(&mut second);

@@ -96,11 +96,9 @@ pub(crate) struct BatchProducer {
     /// which nothing divides): the producer config's `message.max.bytes` (Java:
     /// `max.request.size`), as librdkafka and the Java producer bound a request.
     request_cap: usize,
-    /// Per target broker, a lower bound learnt from the broker itself: half of a request it
-    /// closed the connection on (a broker closes a connection on a request larger than its
-    /// `socket.request.max.bytes` without answering, and the same request sent again would
-    /// be closed on for ever).
-    closed_caps: HashMap<i32, usize>,
+    /// Per target broker, what its closing of connections on requests taught
+    /// ([`closed_on`](Self::closed_on)).
+    closings: HashMap<i32, Closings>,
     /// Brokers whose closing of a connection on a request was said at warn and that have not
     /// answered a Produce since.
     closing_said: HashSet<i32>,
@@ -155,6 +153,61 @@ fn init_producer_id(cluster: &mut Cluster, deadline: Instant) -> Result<(i64, i1
 /// A budget that has grown back to this is lifted.
 const UNBOUNDED_FROM: usize = 64 << 20;
 
+/// What a target broker's closing of connections on Produce requests taught. A broker closes
+/// a connection, without answering, on a request larger than its `socket.request.max.bytes`,
+/// and the same request sent again would be closed on for ever; but a broker also closes
+/// connections when it restarts, when a lane sat idle past `connections.max.idle.ms`, or
+/// behind a load balancer. So one closing halves the requests for now, and each round
+/// answered in full doubles them back; only a second closing, on a request of at least the
+/// cap the first one left, is taken for the broker's limit, below which the cap then stays.
+#[derive(Debug)]
+struct Closings {
+    /// The most batch bytes a request to the broker carries for now.
+    cap: usize,
+    /// The smallest request closed on.
+    smallest: usize,
+    /// Whether a second closing confirmed `smallest` as the broker's limit.
+    confirmed: bool,
+}
+
+impl Default for Closings {
+    fn default() -> Closings {
+        Closings {
+            cap: usize::MAX,
+            smallest: usize::MAX,
+            confirmed: false,
+        }
+    }
+}
+
+impl Closings {
+    /// A request of `bytes` (more than [`LEAST_LEARNT_CAP`]) was closed on: the new cap if
+    /// this lowers it.
+    fn closed(&mut self, bytes: usize) -> Option<usize> {
+        self.confirmed |= self.smallest != usize::MAX && bytes >= self.cap;
+        self.smallest = self.smallest.min(bytes);
+        let cap = (bytes / 2).max(LEAST_LEARNT_CAP);
+        (cap < self.cap).then(|| {
+            self.cap = cap;
+            cap
+        })
+    }
+
+    /// A round's requests were all answered: the cap doubles, short of a confirmed limit;
+    /// false once it is large enough to be lifted.
+    fn grown(&mut self) -> bool {
+        let next = self.cap.saturating_mul(2);
+        if self.confirmed {
+            if next < self.smallest {
+                self.cap = next;
+            }
+            return true;
+        }
+        self.cap = next;
+        next < UNBOUNDED_FROM
+    }
+}
+
 /// The least a cap learnt from a broker's closing of connections goes down to: a request of
 /// one batch of about Kafka's default `max.message.bytes` (1,048,588), which a broker must
 /// take; a closing on a request no larger is the broker going away, not the request's size.
@@ -187,7 +240,7 @@ impl BatchProducer {
                 .and_then(|v| v.trim().parse().ok())
                 .filter(|&v: &usize| v > 0)
                 .unwrap_or(usize::MAX),
-            closed_caps: HashMap::new(),
+            closings: HashMap::new(),
             closing_said: HashSet::new(),
         })
     }
@@ -299,6 +352,7 @@ impl BatchProducer {
         let connect_by = Instant::now() + self.cluster.timeout();
         let mut sent: Vec<(i32, usize, Vec<usize>, usize)> = Vec::new();
         let mut closed: Vec<(i32, usize)> = Vec::new();
+        let mut unsent: HashSet<i32> = HashSet::new();
         for (broker, members) in by_broker.iter_mut() {
             let sizes: Vec<usize> = members.iter().map(|&n| items[n].batch.len()).collect();
             let (lanes, deferred) = pack_lanes(&sizes, LANES, self.cap_of(*broker));
@@ -327,6 +381,7 @@ impl BatchProducer {
                     Ok(()) => sent.push((*broker, lane, members, bytes)),
                     Err(reason) => {
                         self.cluster.drop_lane(*broker, lane);
+                        unsent.insert(*broker);
                         refresh = true;
                         for &n in &members {
                             outcomes[n] = Some(Outcome::Retry {
@@ -358,7 +413,6 @@ impl BatchProducer {
                 Ok(r) => {
                     let took = slowest.entry(broker).or_default();
                     *took = (*took).max(waited_from.elapsed());
-                    self.closing_said.remove(&broker);
                     r
                 }
                 Err((reason, timed_out, closed_on_it)) => {
@@ -381,8 +435,17 @@ impl BatchProducer {
             };
             Self::read_answer(items, &members, &response, &mut outcomes, &mut refresh);
         }
+        let closed_brokers: HashSet<i32> = closed.iter().map(|(b, _)| *b).collect();
         for (broker, bytes) in closed {
             self.closed_on(broker, bytes);
+        }
+        for broker in by_broker.keys() {
+            let answered = slowest.contains_key(broker)
+                && !late.contains_key(broker)
+                && !unsent.contains(broker);
+            if answered && !closed_brokers.contains(broker) {
+                self.grow_back(*broker);
+            }
         }
         for (broker, members) in &by_broker {
             if late.get(broker).copied().unwrap_or(false) {
@@ -522,34 +585,58 @@ impl BatchProducer {
 
     /// The most batch bytes one Produce request to `broker` carries.
     fn cap_of(&self, broker: i32) -> usize {
-        self.closed_caps
+        self.closings
             .get(&broker)
-            .map_or(self.request_cap, |&c| c.min(self.request_cap))
+            .map_or(self.request_cap, |c| c.cap.min(self.request_cap))
     }
 
     /// `broker` closed the connection on a Produce request of `bytes` batch bytes without
-    /// answering it. A broker does so with a request over its `socket.request.max.bytes`, so
-    /// its requests from now on carry at most half of that (never less than
-    /// [`LEAST_LEARNT_CAP`]); the batches are sent again with the same sequences. Said at
-    /// warn: once for each lower cap, otherwise once until the broker answers again.
+    /// answering it ([`Closings`]): its requests carry at most half of that for now (never
+    /// less than [`LEAST_LEARNT_CAP`]), and the batches are sent again with the same
+    /// sequences. Said at warn when the cap is lowered; a closing on a request no larger than
+    /// [`LEAST_LEARNT_CAP`] is said once until the broker answers again.
     fn closed_on(&mut self, broker: i32, bytes: usize) {
-        let cap = (bytes / 2).max(LEAST_LEARNT_CAP);
-        if bytes > LEAST_LEARNT_CAP && cap < self.cap_of(broker) {
-            self.closed_caps.insert(broker, cap);
-            self.closing_said.insert(broker);
+        if bytes <= LEAST_LEARNT_CAP {
+            if self.closing_said.insert(broker) {
+                tracing::warn!(
+                    "target broker {broker} closed the connection on a Produce request of \
+                     {bytes} bytes without answering it; its batches are sent again (the \
+                     broker going away, or refusing this client: the broker's log says which)"
+                );
+            }
+            return;
+        }
+        let closings = self.closings.entry(broker).or_default();
+        let Some(cap) = closings.closed(bytes).filter(|&cap| cap < self.request_cap) else {
+            return;
+        };
+        self.closing_said.insert(broker);
+        let limit = closings.smallest;
+        if closings.confirmed {
+            tracing::warn!(
+                "target broker {broker} closed the connection again on a Produce request of \
+                 {bytes} bytes of batches, as a broker does with a request over its \
+                 socket.request.max.bytes: requests to it carry at most {cap} bytes from now on \
+                 (below the {limit} it closed on). Set the producer's message.max.bytes below \
+                 the brokers' socket.request.max.bytes to start there"
+            );
+        } else {
             tracing::warn!(
                 "target broker {broker} closed the connection on a Produce request of {bytes} \
-                 bytes of batches without answering it, as a broker does with a request over \
-                 its socket.request.max.bytes: requests to it carry at most {cap} bytes from \
-                 now on, and the batches are sent again. Set the producer's message.max.bytes \
-                 below the brokers' socket.request.max.bytes to start there"
+                 bytes of batches without answering it: requests to it carry at most {cap} \
+                 bytes for now, and the batches are sent again. A broker closes a connection \
+                 on a request over its socket.request.max.bytes; if it merely went away (a \
+                 restart, an idle connection), the cap grows back as rounds are answered"
             );
-        } else if self.closing_said.insert(broker) {
-            tracing::warn!(
-                "target broker {broker} closed the connection on a Produce request of {bytes} \
-                 bytes without answering it; its batches are sent again (the broker going \
-                 away, or refusing this client: the broker's log says which)"
-            );
+        }
+    }
+
+    /// Every request to `broker` of a round was answered: a cap its closings left grows back,
+    /// doubling (lifted once large), but never to a size it was confirmed to close on.
+    fn grow_back(&mut self, broker: i32) {
+        self.closing_said.remove(&broker);
+        if self.closings.get_mut(&broker).is_some_and(|c| !c.grown()) {
+            self.closings.remove(&broker);
         }
     }
 
@@ -772,6 +859,33 @@ mod tests {
         sent.sort_unstable();
         assert_eq!(sent, (0..8).collect::<Vec<_>>());
         assert_eq!(deferred, (8..16).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn one_closing_halves_requests_for_now_and_answers_grow_them_back() {
+        // A broker restarting under a round of 4 MB requests.
+        let mut c = Closings::default();
+        assert_eq!(c.closed(4 * MB), Some(2 * MB));
+        let mut rounds = 0;
+        while c.grown() {
+            rounds += 1;
+        }
+        assert!(rounds < 8, "lifted after {rounds} answered rounds");
+    }
+
+    #[test]
+    fn a_second_closing_at_the_cap_keeps_requests_below_the_brokers_limit() {
+        // A broker taking 2 MiB: 4 MB closed on, 2 MB answered, 4 MB closed on again.
+        let mut c = Closings::default();
+        assert_eq!(c.closed(4 * MB), Some(2 * MB));
+        assert!(c.grown());
+        assert_eq!(c.cap, 4 * MB);
+        assert_eq!(c.closed(4 * MB), Some(2 * MB));
+        assert!(c.confirmed);
+        for _ in 0..10 {
+            assert!(c.grown());
+            assert_eq!(c.cap, 2 * MB, "never back to what was closed on");
+        }
     }
 
     #[test]

@@ -1242,6 +1242,9 @@ impl<'s> BatchStream<'s> {
         let outcomes = engine.producer.send_round(&items);
         drop(items);
         let mut retries = 0;
+        // Batches a round left out (a budget or a request cap): not sent, they say nothing
+        // of the target.
+        let mut deferred = 0;
         // Partitions whose batch met a sequence gap.
         let mut gaps: Vec<Partition> = Vec::new();
         // Partitions retried because their target topic is gone, by target topic.
@@ -1295,7 +1298,7 @@ impl<'s> BatchStream<'s> {
                     );
                 }
                 // Still in flight: sent, before its successors, in a later round.
-                Outcome::Deferred => {}
+                Outcome::Deferred => deferred += 1,
                 // Sent again under a new producer id, below.
                 Outcome::Gap => gaps.push(key.clone()),
                 Outcome::Refused {
@@ -1342,9 +1345,12 @@ impl<'s> BatchStream<'s> {
                 return false;
             }
         }
-        self.shared.target_up.set(retries < keys.len());
-        if retries == keys.len() {
-            std::thread::sleep(RETRY_BACKOFF);
+        let sent = keys.len() - deferred;
+        if sent > 0 {
+            self.shared.target_up.set(retries < sent);
+            if retries == sent {
+                std::thread::sleep(RETRY_BACKOFF);
+            }
         }
         true
     }

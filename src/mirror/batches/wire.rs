@@ -57,15 +57,17 @@ fn answer_bound(api_key: i16) -> usize {
     use kafka_protocol::messages::*;
     match api_key {
         FetchRequest::KEY => MAX_FETCH_FRAME,
-        // Metadata of tens of thousands of partitions is a few MB; a Produce or ListOffsets
-        // answer names each partition of its request once.
-        MetadataRequest::KEY | ProduceRequest::KEY | ListOffsetsRequest::KEY => 64 << 20,
+        // A Produce answer can name every record of its request (KIP-467's record errors).
+        ProduceRequest::KEY => MAX_FETCH_FRAME,
+        // Metadata of tens of thousands of partitions is a few MB; a ListOffsets answer names
+        // each partition of its request once.
+        MetadataRequest::KEY | ListOffsetsRequest::KEY => 64 << 20,
         // ApiVersions, SASL, InitProducerId: a few hundred bytes.
         _ => 1 << 20,
     }
 }
 
-/// How much of an answer's buffer is made ready before its bytes arrive: it then doubles
+/// An answer's buffer is made ready for twice this before its bytes arrive, then doubles
 /// with what has come, so that a size prefix alone commits no memory.
 const FIRST_READ: usize = 64 * 1024;
 

@@ -964,7 +964,12 @@ fn format_storage(
         (jars, scram, extra).hash(&mut h);
         Some(base.join("formatted").join(format!("{:016x}", h.finish())))
     });
-    if let Some(kept) = kept.as_ref().filter(|k| k.join(".complete").exists()) {
+    // A kept format with its marker and its meta.properties (anything else it holds is the
+    // metadata log's bootstrap, copied whole).
+    let usable = |k: &&PathBuf| {
+        k.join(".complete").exists() && k.join("data").join("meta.properties").is_file()
+    };
+    if let Some(kept) = kept.as_ref().filter(usable) {
         copy_tree(&kept.join("data"), &data).expect("copying a formatted node's storage");
         let meta = data.join("meta.properties");
         let text = std::fs::read_to_string(&meta).expect("the formatted meta.properties");
@@ -994,10 +999,13 @@ fn format_storage(
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    // Kept for the next: copied aside, then renamed into place whole (another process may be
-    // doing the same; the first rename wins, and either copy serves).
+    // Kept for the next: copied aside, then renamed into place whole (another process, or
+    // another test of this one, may be doing the same; the first rename wins, and either copy
+    // serves).
     if let Some(kept) = kept {
-        let aside = kept.with_extension(format!("{}.tmp", std::process::id()));
+        static ASIDE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = ASIDE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let aside = kept.with_extension(format!("{}-{n}.tmp", std::process::id()));
         let _ = std::fs::remove_dir_all(&aside);
         let saved = copy_tree(&data, &aside.join("data"))
             .and_then(|()| std::fs::write(aside.join(".complete"), ""))
