@@ -23,17 +23,32 @@ pub struct FileError {
     pub flag: &'static str,
     pub path: PathBuf,
     pub problem: Problem,
-    /// Why no one but its owner may write it ([`CONFIG_IS_CODE`], [`TRUST_AND_IDENTITY`]).
+    /// Why others may not write it ([`Guard::because`]).
     pub because: &'static str,
 }
 
-/// Why a config file or a plugin's arguments may be written by their owner only.
-pub const CONFIG_IS_CODE: &str = "a config file is code: `sasl.kerberos.kinit.cmd` runs a \
-    command, `plugin.library.paths` loads a library";
+/// Who besides its owner may not write a file, and why.
+#[derive(Debug, Clone, Copy)]
+pub struct Guard {
+    /// The permission bits that refuse the file (`0o022`: group and others may write it).
+    pub refused: u32,
+    pub because: &'static str,
+}
 
-/// Why a TLS key, certificate or CA file may be written by its owner only.
-pub const TRUST_AND_IDENTITY: &str = "whoever writes it chooses which brokers the mirror \
-    trusts or whom it says it is";
+/// A config file or a plugin's arguments: only their owner may write them.
+pub const CONFIG_IS_CODE: Guard = Guard {
+    refused: 0o022,
+    because: "a config file is code: `sasl.kerberos.kinit.cmd` runs a command, \
+        `plugin.library.paths` loads a library",
+};
+
+/// A TLS key, certificate or CA file: refused when anyone may write it; when its group may,
+/// the caller warns (a Kubernetes volume with an `fsGroup` makes its files group-writable,
+/// and librdkafka, the record engine, reads them all the same).
+pub const TRUST_AND_IDENTITY: Guard = Guard {
+    refused: 0o002,
+    because: "whoever writes it chooses which brokers the mirror trusts or whom it says it is",
+};
 
 #[derive(Debug)]
 pub enum Problem {
@@ -63,8 +78,13 @@ impl fmt::Display for FileError {
             ),
             Problem::Writable(mode) => write!(
                 f,
-                "{what} {path} ({flag}) may be written by its group or by others (mode \
-                 {mode:04o}), and {}. Take their write permission away: chmod go-w {path}",
+                "{what} {path} ({flag}) may be written by {} (mode {mode:04o}), and {}. Take \
+                 their write permission away: chmod go-w {path}",
+                if mode & 0o002 != 0 {
+                    "others"
+                } else {
+                    "its group"
+                },
                 self.because
             ),
         }
@@ -98,13 +118,13 @@ pub fn read(
     read_guarded(what, flag, path, CONFIG_IS_CODE)
 }
 
-/// As [`read`], for a file that `because` says no one but its owner may write (a key or
-/// certificate file named by a config key: `flag` is then that key).
+/// As [`read`], refusing the file by `guard`'s permission bits instead (a key or certificate
+/// file named by a config key: `flag` is then that key).
 pub fn read_guarded(
     what: &'static str,
     flag: &'static str,
     path: &Path,
-    because: &'static str,
+    guard: Guard,
 ) -> Result<FileContents, FileError> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
     let error = |problem| FileError {
@@ -112,7 +132,7 @@ pub fn read_guarded(
         flag,
         path: path.to_owned(),
         problem,
-        because,
+        because: guard.because,
     };
     let check = |meta: &std::fs::Metadata| -> Result<u32, FileError> {
         let kind = meta.file_type();
@@ -138,7 +158,7 @@ pub fn read_guarded(
             return Err(error(Problem::TooLarge(meta.len())));
         }
         let mode = meta.permissions().mode() & 0o7777;
-        if mode & 0o022 != 0 {
+        if mode & guard.refused != 0 {
             return Err(error(Problem::Writable(mode)));
         }
         Ok(mode)

@@ -81,6 +81,35 @@ impl FetchOrder {
     }
 }
 
+/// A Fetch's topics for `members`, listed in their order: a new topic entry whenever the
+/// topic changes, as the Java consumer's builder does (a broker reads the partitions in
+/// request order), not each partition gathered under its topic's first place, which would
+/// undo [`FetchOrder`]'s order whenever several topics share a leader. `epoch` gives each
+/// partition's leader epoch.
+fn fetch_topics(
+    members: &[Wanted],
+    partition_max_bytes: i32,
+    epoch: impl Fn(&str, i32) -> i32,
+) -> Vec<FetchTopic> {
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for (topic, partition, offset) in members {
+        let p = FetchPartition::default()
+            .with_partition(*partition)
+            .with_fetch_offset(*offset)
+            .with_current_leader_epoch(epoch(topic, *partition))
+            .with_partition_max_bytes(partition_max_bytes);
+        match topics.last_mut().filter(|t| t.topic.0.as_str() == topic) {
+            Some(t) => t.partitions.push(p),
+            None => topics.push(
+                FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(topic.clone())))
+                    .with_partitions(vec![p]),
+            ),
+        }
+    }
+    topics
+}
+
 /// The size of the first batch (or legacy message set entry) in `records`, by its header:
 /// the base offset (8 bytes) and the length of the rest (4 bytes) come first in every format.
 fn first_batch_size(records: &[u8]) -> Option<usize> {
@@ -152,23 +181,10 @@ impl Fetcher {
         let mut sent = Vec::new();
         for (broker, mut members) in by_broker {
             self.order.arrange(&mut members);
-            let mut topics: Vec<FetchTopic> = Vec::new();
-            for (topic, partition, offset) in &members {
-                let epoch = self.cluster.leader(topic, *partition).map_or(-1, |l| l.1);
-                let p = FetchPartition::default()
-                    .with_partition(*partition)
-                    .with_fetch_offset(*offset)
-                    .with_current_leader_epoch(epoch)
-                    .with_partition_max_bytes(self.partition_max_bytes);
-                match topics.iter_mut().find(|t| t.topic.0.as_str() == topic) {
-                    Some(t) => t.partitions.push(p),
-                    None => topics.push(
-                        FetchTopic::default()
-                            .with_topic(TopicName(StrBytes::from_string(topic.clone())))
-                            .with_partitions(vec![p]),
-                    ),
-                }
-            }
+            let cluster = &self.cluster;
+            let topics = fetch_topics(&members, self.partition_max_bytes, |t, p| {
+                cluster.leader(t, p).map_or(-1, |l| l.1)
+            });
             let request = FetchRequest::default()
                 .with_replica_id(BrokerId(-1))
                 .with_max_wait_ms(max_wait_ms)
@@ -449,6 +465,29 @@ mod tests {
         order.arrange(&mut members);
         let listed: Vec<i32> = members.iter().map(|w| w.1).collect();
         assert_eq!(listed, vec![2, 1, 0]);
+    }
+
+    #[test]
+    fn a_fetch_lists_partitions_in_their_order_across_topics() {
+        let members: Vec<Wanted> = [("b", 0), ("a", 3), ("b", 1), ("b", 2)]
+            .iter()
+            .map(|&(t, p)| (t.to_owned(), p, 0))
+            .collect();
+        let listed: Vec<(String, Vec<i32>)> = fetch_topics(&members, 1, |_, _| -1)
+            .iter()
+            .map(|t| {
+                let partitions = t.partitions.iter().map(|p| p.partition).collect();
+                (t.topic.0.as_str().to_owned(), partitions)
+            })
+            .collect();
+        assert_eq!(
+            listed,
+            vec![
+                ("b".to_owned(), vec![0]),
+                ("a".to_owned(), vec![3]),
+                ("b".to_owned(), vec![1, 2]),
+            ]
+        );
     }
 
     #[test]

@@ -157,35 +157,38 @@ const UNBOUNDED_FROM: usize = 64 << 20;
 /// a connection, without answering, on a request larger than its `socket.request.max.bytes`,
 /// and the same request sent again would be closed on for ever; but a broker also closes
 /// connections when it restarts, when a lane sat idle past `connections.max.idle.ms`, or
-/// behind a load balancer. So one closing halves the requests for now, and each round
-/// answered in full doubles them back; only a second closing, on a request of at least the
-/// cap the first one left, is taken for the broker's limit, below which the cap then stays.
+/// behind a load balancer, and that says nothing of sizes. So a round with closings (one
+/// event, however many of its requests were closed on) halves the requests, and each round
+/// answered in full doubles them back, up to what was closed on; a request that large is
+/// tried again only [`PROBE_AFTER`] after the closing (a limit then costs one closing every
+/// so often, a restart a few minutes of smaller requests), and beyond it the cap is lifted.
 #[derive(Debug)]
 struct Closings {
     /// The most batch bytes a request to the broker carries for now.
     cap: usize,
-    /// The smallest request closed on.
-    smallest: usize,
-    /// Whether a second closing confirmed `smallest` as the broker's limit.
-    confirmed: bool,
+    /// The smallest request closed on in the latest round with closings.
+    closed_at: usize,
+    /// When a request of `closed_at` may be tried again.
+    probe_at: Instant,
 }
 
-impl Default for Closings {
-    fn default() -> Closings {
-        Closings {
-            cap: usize::MAX,
-            smallest: usize::MAX,
-            confirmed: false,
-        }
-    }
-}
+/// How long after a closing a request as large as the one closed on is tried again.
+const PROBE_AFTER: Duration = Duration::from_secs(300);
 
 impl Closings {
-    /// A request of `bytes` (more than [`LEAST_LEARNT_CAP`]) was closed on: the new cap if
-    /// this lowers it.
-    fn closed(&mut self, bytes: usize) -> Option<usize> {
-        self.confirmed |= self.smallest != usize::MAX && bytes >= self.cap;
-        self.smallest = self.smallest.min(bytes);
+    fn new(now: Instant) -> Closings {
+        Closings {
+            cap: usize::MAX,
+            closed_at: usize::MAX,
+            probe_at: now,
+        }
+    }
+
+    /// A round's requests of `bytes` at the least (more than [`LEAST_LEARNT_CAP`]) were
+    /// closed on at `now`: the new cap if this lowers it.
+    fn closed(&mut self, bytes: usize, now: Instant) -> Option<usize> {
+        self.closed_at = bytes;
+        self.probe_at = now + PROBE_AFTER;
         let cap = (bytes / 2).max(LEAST_LEARNT_CAP);
         (cap < self.cap).then(|| {
             self.cap = cap;
@@ -193,14 +196,11 @@ impl Closings {
         })
     }
 
-    /// A round's requests were all answered: the cap doubles, short of a confirmed limit;
-    /// false once it is large enough to be lifted.
-    fn grown(&mut self) -> bool {
+    /// A round's requests were all answered at `now`: the cap doubles, short of what was
+    /// closed on until its probe is due; false once it is large enough to be lifted.
+    fn grown(&mut self, now: Instant) -> bool {
         let next = self.cap.saturating_mul(2);
-        if self.confirmed {
-            if next < self.smallest {
-                self.cap = next;
-            }
+        if next >= self.closed_at && now < self.probe_at {
             return true;
         }
         self.cap = next;
@@ -435,15 +435,20 @@ impl BatchProducer {
             };
             Self::read_answer(items, &members, &response, &mut outcomes, &mut refresh);
         }
-        let closed_brokers: HashSet<i32> = closed.iter().map(|(b, _)| *b).collect();
+        // One event per broker: the smallest of its requests closed on.
+        let mut closed_brokers: HashMap<i32, usize> = HashMap::new();
         for (broker, bytes) in closed {
+            let least = closed_brokers.entry(broker).or_insert(bytes);
+            *least = (*least).min(bytes);
+        }
+        for (&broker, &bytes) in &closed_brokers {
             self.closed_on(broker, bytes);
         }
         for broker in by_broker.keys() {
             let answered = slowest.contains_key(broker)
                 && !late.contains_key(broker)
                 && !unsent.contains(broker);
-            if answered && !closed_brokers.contains(broker) {
+            if answered && !closed_brokers.contains_key(broker) {
                 self.grow_back(*broker);
             }
         }
@@ -590,11 +595,11 @@ impl BatchProducer {
             .map_or(self.request_cap, |c| c.cap.min(self.request_cap))
     }
 
-    /// `broker` closed the connection on a Produce request of `bytes` batch bytes without
-    /// answering it ([`Closings`]): its requests carry at most half of that for now (never
-    /// less than [`LEAST_LEARNT_CAP`]), and the batches are sent again with the same
-    /// sequences. Said at warn when the cap is lowered; a closing on a request no larger than
-    /// [`LEAST_LEARNT_CAP`] is said once until the broker answers again.
+    /// `broker` closed the connection on Produce requests of `bytes` batch bytes at the
+    /// least, without answering them ([`Closings`]): its requests carry at most half of that
+    /// for now (never less than [`LEAST_LEARNT_CAP`]), and the batches are sent again with
+    /// the same sequences. Said at warn when the cap is lowered; a closing on a request no
+    /// larger than [`LEAST_LEARNT_CAP`] is said once until the broker answers again.
     fn closed_on(&mut self, broker: i32, bytes: usize) {
         if bytes <= LEAST_LEARNT_CAP {
             if self.closing_said.insert(broker) {
@@ -606,36 +611,38 @@ impl BatchProducer {
             }
             return;
         }
-        let closings = self.closings.entry(broker).or_default();
-        let Some(cap) = closings.closed(bytes).filter(|&cap| cap < self.request_cap) else {
+        let now = Instant::now();
+        let closings = self
+            .closings
+            .entry(broker)
+            .or_insert_with(|| Closings::new(now));
+        let Some(cap) = closings
+            .closed(bytes, now)
+            .filter(|&cap| cap < self.request_cap)
+        else {
             return;
         };
         self.closing_said.insert(broker);
-        let limit = closings.smallest;
-        if closings.confirmed {
-            tracing::warn!(
-                "target broker {broker} closed the connection again on a Produce request of \
-                 {bytes} bytes of batches, as a broker does with a request over its \
-                 socket.request.max.bytes: requests to it carry at most {cap} bytes from now on \
-                 (below the {limit} it closed on). Set the producer's message.max.bytes below \
-                 the brokers' socket.request.max.bytes to start there"
-            );
-        } else {
-            tracing::warn!(
-                "target broker {broker} closed the connection on a Produce request of {bytes} \
-                 bytes of batches without answering it: requests to it carry at most {cap} \
-                 bytes for now, and the batches are sent again. A broker closes a connection \
-                 on a request over its socket.request.max.bytes; if it merely went away (a \
-                 restart, an idle connection), the cap grows back as rounds are answered"
-            );
-        }
+        tracing::warn!(
+            "target broker {broker} closed the connection on a Produce request of {bytes} \
+             bytes of batches without answering it: requests to it carry at most {cap} bytes \
+             from now on, growing back as rounds are answered, and one as large as that is \
+             tried again in {PROBE_AFTER:?}; the batches are sent again. A broker closes a \
+             connection on a request over its socket.request.max.bytes (set the producer's \
+             message.max.bytes below it to start there), or when it goes away"
+        );
     }
 
-    /// Every request to `broker` of a round was answered: a cap its closings left grows back,
-    /// doubling (lifted once large), but never to a size it was confirmed to close on.
+    /// Every request to `broker` of a round was answered: a cap its closings left grows back
+    /// ([`Closings::grown`]).
     fn grow_back(&mut self, broker: i32) {
         self.closing_said.remove(&broker);
-        if self.closings.get_mut(&broker).is_some_and(|c| !c.grown()) {
+        let now = Instant::now();
+        if self
+            .closings
+            .get_mut(&broker)
+            .is_some_and(|c| !c.grown(now))
+        {
             self.closings.remove(&broker);
         }
     }
@@ -862,30 +869,48 @@ mod tests {
     }
 
     #[test]
-    fn one_closing_halves_requests_for_now_and_answers_grow_them_back() {
+    fn a_closing_halves_requests_until_a_probe_is_due_then_they_grow_back() {
         // A broker restarting under a round of 4 MB requests.
-        let mut c = Closings::default();
-        assert_eq!(c.closed(4 * MB), Some(2 * MB));
+        let t0 = Instant::now();
+        let mut c = Closings::new(t0);
+        assert_eq!(c.closed(4 * MB, t0), Some(2 * MB));
+        for _ in 0..10 {
+            assert!(c.grown(t0 + Duration::from_secs(1)));
+            assert_eq!(
+                c.cap,
+                2 * MB,
+                "not back to what was closed on before the probe"
+            );
+        }
+        let later = t0 + PROBE_AFTER;
         let mut rounds = 0;
-        while c.grown() {
+        while c.grown(later) {
             rounds += 1;
         }
         assert!(rounds < 8, "lifted after {rounds} answered rounds");
     }
 
     #[test]
-    fn a_second_closing_at_the_cap_keeps_requests_below_the_brokers_limit() {
-        // A broker taking 2 MiB: 4 MB closed on, 2 MB answered, 4 MB closed on again.
-        let mut c = Closings::default();
-        assert_eq!(c.closed(4 * MB), Some(2 * MB));
-        assert!(c.grown());
-        assert_eq!(c.cap, 4 * MB);
-        assert_eq!(c.closed(4 * MB), Some(2 * MB));
-        assert!(c.confirmed);
-        for _ in 0..10 {
-            assert!(c.grown());
-            assert_eq!(c.cap, 2 * MB, "never back to what was closed on");
-        }
+    fn a_limit_costs_one_closing_a_probe_and_the_cap_stays_under_it() {
+        // A broker taking 1.5 MiB: 4 MB closed on, then 2 MB, then 1 MiB answered.
+        let t0 = Instant::now();
+        let mut c = Closings::new(t0);
+        assert_eq!(c.closed(4 * MB, t0), Some(2 * MB));
+        assert_eq!(c.closed(2 * MB, t0), Some(LEAST_LEARNT_CAP));
+        assert!(c.grown(t0));
+        assert_eq!(
+            c.cap, LEAST_LEARNT_CAP,
+            "2 MB closed on: not tried before the probe"
+        );
+        // The probe, closed on again: no lower, and the next probe later.
+        let probe = t0 + PROBE_AFTER;
+        assert!(c.grown(probe));
+        assert_eq!(c.cap, 2 * LEAST_LEARNT_CAP);
+        assert_eq!(
+            c.closed(2 * LEAST_LEARNT_CAP, probe),
+            Some(LEAST_LEARNT_CAP)
+        );
+        assert_eq!(c.probe_at, probe + PROBE_AFTER);
     }
 
     #[test]

@@ -74,10 +74,20 @@ fn read_file(
                 source,
             }
         })?;
+    let config = props.role.config();
+    if contents.mode & 0o020 != 0 {
+        tracing::warn!(
+            "{key} in the {config}: {what} {location} may be written by its group (mode \
+             {:04o}), and {}: chmod g-w {location} (a Kubernetes volume with an fsGroup makes \
+             its files group-writable: mount it read-only)",
+            contents.mode,
+            files::TRUST_AND_IDENTITY.because
+        );
+    }
     if secret {
         let holding = "a private key";
         if let Some(warning) = files::exposure_warning(what, path, &contents, holding) {
-            tracing::warn!("{key} in the {}: {warning}", props.role.config());
+            tracing::warn!("{key} in the {config}: {warning}");
         }
     }
     Ok(contents.bytes)
@@ -155,23 +165,16 @@ impl Tls {
                             .load_verify_locations(None, Some(path))
                             .map_err(|e| file(reason(&e)))?;
                     } else {
-                        let pem = read_file(
+                        // Checked as a config file, then loaded by OpenSSL itself, which also
+                        // reads the "TRUSTED CERTIFICATE" blocks of a trust bundle.
+                        read_file(
                             props,
                             "ssl.ca.location",
                             location,
                             "the CA certificates",
                             false,
                         )?;
-                        let certs = X509::stack_from_pem(&pem).map_err(|e| file(reason(&e)))?;
-                        if certs.is_empty() {
-                            return Err(file("no certificate in it".to_owned()));
-                        }
-                        for cert in certs {
-                            builder
-                                .cert_store_mut()
-                                .add_cert(cert)
-                                .map_err(|e| file(reason(&e)))?;
-                        }
+                        builder.set_ca_file(path).map_err(|e| file(reason(&e)))?;
                     }
                 }
                 if let Some(pem) = pem {
@@ -714,19 +717,22 @@ mod tests {
     }
 
     #[test]
-    fn a_key_or_ca_file_others_may_write_is_refused() {
+    fn a_key_or_ca_file_anyone_may_write_is_refused() {
         let (key, cert) = identity();
         let (_dir, ca) = file_with(0o666, &cert.to_pem().unwrap());
         let err = error(&[("ssl.ca.location", ca.as_str())]);
         assert!(
-            err.contains("may be written by its group or by others (mode 0666)")
+            err.contains("may be written by others (mode 0666)")
                 && err.contains("chooses which brokers the mirror trusts")
                 && err.contains("chmod go-w"),
             "{err}"
         );
-        let (_dir, key_file) = file_with(0o620, &key.private_key_to_pem_pkcs8().unwrap());
+        let (_dir, key_file) = file_with(0o602, &key.private_key_to_pem_pkcs8().unwrap());
         let err = error(&[("ssl.key.location", key_file.as_str())]);
-        assert!(err.contains("(mode 0620)"), "{err}");
+        assert!(err.contains("(mode 0602)"), "{err}");
+        // Group-writable (a volume with an fsGroup): warned about, read as librdkafka reads it.
+        let (_dir, ca) = file_with(0o664, &cert.to_pem().unwrap());
+        assert!(Tls::new(&props(&[("ssl.ca.location", ca.as_str())])).is_ok());
     }
 
     /// Run by [`a_configured_ca_is_the_whole_trust_set`] in a process of its own, with
