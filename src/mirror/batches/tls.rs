@@ -11,7 +11,8 @@
 //! As in librdkafka, a configured CA (`ssl.ca.location`, `ssl.ca.pem`) is the whole trust set:
 //! OpenSSL's default paths and `SSL_CERT_FILE`/`SSL_CERT_DIR` only serve when neither is
 //! given. The files are read as config files are (`settings::files`): regular files of at
-//! most 1 MiB that only their owner may write, a private key others may read warned about.
+//! most 1 MiB that not anyone may write (one its group may write, and a private key others
+//! may read, warned about).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -57,8 +58,8 @@ pub(crate) enum TlsError {
 
 /// Reads the file a TLS key names as config files are read ([`files::read_guarded`]): a
 /// FIFO, a device such as `/dev/zero` or a file of a wrong size fails at start naming the
-/// key, instead of hanging or taking memory without end; a file others may write is refused,
-/// and a private key (`secret`) others may read is warned about.
+/// key, instead of hanging or taking memory without end; a file anyone may write is refused,
+/// and one its group may write, or a private key (`secret`) others may read, warned about.
 fn read_file(
     props: &ClientProps,
     key: &'static str,
