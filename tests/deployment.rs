@@ -215,6 +215,10 @@ fn the_compose_file_wires_two_kraft_clusters_a_producer_and_the_mirror() {
         ["./config:/etc/mirror-maker:ro"]
     );
     assert_eq!(mirror["image"].as_str(), Some("mirror-maker:local"));
+    // Hardened as the Helm chart's pods.
+    assert_eq!(strings(&mirror["cap_drop"]), ["ALL"]);
+    assert_eq!(strings(&mirror["security_opt"]), ["no-new-privileges:true"]);
+    assert_eq!(mirror["read_only"].as_bool(), Some(true));
     // The metrics and health endpoints are unauthenticated: the host's loopback only.
     assert_eq!(strings(&mirror["ports"]), ["127.0.0.1:9464:9464"]);
     let args = strings(&mirror["command"]);

@@ -15,6 +15,9 @@ use yaml_rust2::{Yaml, YamlLoader};
 
 const CHART: &str = "deploy/helm/mirror-maker";
 const CUSTOM: &str = "deploy/helm/mirror-maker/ci/custom-values.yaml";
+
+/// The one value a release must set: the topics to mirror.
+const NAMED: &[&str] = &["--set", "whitelist=orders|payments"];
 /// The Dockerfile's user, which the pods must run as.
 const UID: i64 = 10001;
 /// What the mirror takes to close after the flush (src/main.rs: SHUTDOWN_GRACE).
@@ -336,7 +339,7 @@ fn assert_hardened_probed_and_budgeted(r: &Rendered) {
 
 #[test]
 fn the_chart_passes_helm_lint_strictly_with_default_and_custom_values() {
-    for args in [vec![], vec!["-f", CUSTOM]] {
+    for args in [NAMED.to_vec(), vec!["-f", CUSTOM]] {
         let mut all = vec!["lint", "--strict", CHART];
         all.extend(args);
         let (ok, stdout, stderr) = run_helm(&all);
@@ -349,7 +352,7 @@ fn the_chart_passes_helm_lint_strictly_with_default_and_custom_values() {
 
 #[test]
 fn default_values_render_a_hardened_probed_scraped_group_of_mirrors() {
-    let r = Rendered::of(&[]);
+    let r = Rendered::of(NAMED);
     assert_hardened_probed_and_budgeted(&r);
     assert_eq!(r.deployment()["spec"]["replicas"].as_i64(), Some(2));
     assert_eq!(
@@ -509,7 +512,15 @@ fn the_chart_refuses_in_the_configmap_exactly_the_keys_the_mirror_counts_as_secr
         "client.id",
     ] {
         let set = format!("consumer.properties.{}=x", key.replace('.', "\\."));
-        let (ok, _, stderr) = run_helm(&["template", "rel", CHART, "--set-string", &set]);
+        let (ok, _, stderr) = run_helm(&[
+            "template",
+            "rel",
+            CHART,
+            NAMED[0],
+            NAMED[1],
+            "--set-string",
+            &set,
+        ]);
         if is_secret_key(key) {
             assert!(!ok, "{key} rendered into the ConfigMap");
             assert!(
@@ -525,7 +536,12 @@ fn the_chart_refuses_in_the_configmap_exactly_the_keys_the_mirror_counts_as_secr
 
 #[test]
 fn an_existing_secret_replaces_the_charts_own_and_its_properties_are_joined() {
-    let r = Rendered::of(&["--set", "existingSecret=mirror-credentials"]);
+    let r = Rendered::of(&[
+        NAMED[0],
+        NAMED[1],
+        "--set",
+        "existingSecret=mirror-credentials",
+    ]);
     assert!(r.all("Secret").is_empty());
     let volumes = r.pod()["spec"]["volumes"].as_vec().unwrap();
     let secrets = volumes
@@ -539,4 +555,46 @@ fn an_existing_secret_replaces_the_charts_own_and_its_properties_are_joined() {
     // Without a consumer.toml in that Secret the ConfigMap's file is used as it is.
     let (_dir, consumer, _) = r.joined_configs();
     assert_eq!(consumer.get("bootstrap.servers"), Some("source-kafka:9092"));
+}
+
+#[test]
+fn a_release_without_a_whitelist_fails_to_render_saying_what_to_set() {
+    // Before, the chart mirrored `.*` by default: every topic of the source.
+    for args in [vec![], vec!["--set", "whitelist="]] {
+        let mut all = vec!["template", "rel", CHART];
+        all.extend(args);
+        let (ok, _, stderr) = run_helm(&all);
+        assert!(!ok, "{all:?} rendered without a whitelist");
+        assert!(
+            stderr.contains("whitelist is required") && stderr.contains("--set whitelist="),
+            "{stderr}"
+        );
+    }
+    let r = Rendered::of(NAMED);
+    assert_eq!(r.arg("--whitelist"), "orders|payments");
+}
+
+#[test]
+fn a_network_policy_lets_only_the_scrapers_reach_the_metrics_port() {
+    let r = Rendered::of(NAMED);
+    let policy = r.one("NetworkPolicy");
+    let spec = &policy["spec"];
+    assert_eq!(
+        map_of(&spec["podSelector"]["matchLabels"]),
+        map_of(&r.deployment()["spec"]["selector"]["matchLabels"]),
+        "the mirror's pods"
+    );
+    assert_eq!(strings(&spec["policyTypes"]), ["Ingress"], "egress open");
+    let rules = spec["ingress"].as_vec().expect("ingress rules");
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    let ports = rules[0]["ports"].as_vec().expect("ports");
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0]["port"].as_i64(), Some(9464));
+    let from = rules[0]["from"].as_vec().expect("peers");
+    assert_eq!(
+        map_of(&from[0]["podSelector"]["matchLabels"]),
+        BTreeMap::from([("app.kubernetes.io/name".to_owned(), "prometheus".to_owned())])
+    );
+    let off = Rendered::of(&[NAMED[0], NAMED[1], "--set", "networkPolicy.enabled=false"]);
+    assert!(off.all("NetworkPolicy").is_empty());
 }
