@@ -93,6 +93,13 @@ fn acls_reach_the_target(mode: CopyMode) {
         &["--topic", "pay", "--resource-pattern-type", "prefixed"],
     );
     add(src, "User:carol", "Write", &["--topic", TOPIC]);
+    // A grant to delete the copy: never the mirror's to give on the target.
+    add(
+        src,
+        "User:ops",
+        "Delete",
+        &["--topic", "pay", "--resource-pattern-type", "prefixed"],
+    );
     add(src, "User:dave", "All", &["--topic", TOPIC]);
     // Made by hand on the target: never the sync's to touch.
     add(dst, "User:ops", "Describe", &["--topic", "primary.orders"]);
@@ -114,6 +121,10 @@ fn acls_reach_the_target(mode: CopyMode) {
         checked.contains(
             "ACL sync: will create READ for User:alice (host *) on LITERAL topic primary.orders"
         ) && checked.contains("READ for User:bob (host *) on topics with PREFIX primary.pay"),
+        "{checked}"
+    );
+    assert!(
+        checked.contains("DELETE for User:ops on topics with PREFIX pay is not copied"),
         "{checked}"
     );
 

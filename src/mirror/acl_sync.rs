@@ -10,9 +10,12 @@
 //!   prefix before it (`pay` becomes `primary.pay` under `primary.{topic}`), when the template
 //!   adds nothing after `{topic}`; otherwise no one prefix names the target topics, and the
 //!   ACL is warned about once and skipped;
-//! - principals and hosts as they are; WRITE is dropped and ALL becomes READ (only the mirror
-//!   writes a mirrored topic); DENY entries are never copied; the LITERAL wildcard `*` is not
-//!   copied (it would grant on every target topic, mirrored or not).
+//! - principals and hosts as they are; READ, DESCRIBE and DESCRIBE_CONFIGS as they are, ALL as
+//!   READ; WRITE is dropped (only the mirror writes a mirrored topic), and CREATE, DELETE,
+//!   ALTER and ALTER_CONFIGS are not copied, said once ([`granted`]); DENY entries are never
+//!   copied; the LITERAL wildcard `*` is not copied (it would grant on every target topic,
+//!   mirrored or not), nor a binding that would cover the mirror's own topics on the target
+//!   ([`covered_own`]).
 //!
 //! What the sync made is recorded in a compacted topic of its own on the target
 //! (`mirror-maker.acls.SOURCE NAME`), keyed by the binding, a tombstone when removed; it is
@@ -126,8 +129,45 @@ pub(crate) enum Copied {
     Ignored,
 }
 
+/// The operations a mirror grants on the target: what reading the copy needs. The target
+/// topics are the mirror's (it alone writes them, and `--sync.topic.configs` sets their
+/// configs), so a source grant to change or delete a topic (CREATE, DELETE, ALTER,
+/// ALTER_CONFIGS) is not copied: on the target it would let that principal delete the copy
+/// or set `retention.ms=1` on it. ALL becomes READ; WRITE is dropped without a word.
+fn granted(operation: AclOperation) -> Option<AclOperation> {
+    match operation {
+        AclOperation::All => Some(AclOperation::Read),
+        op @ (AclOperation::Read | AclOperation::Describe | AclOperation::DescribeConfigs) => {
+            Some(op)
+        }
+        _ => None,
+    }
+}
+
+/// Whether a target binding of `pattern` and `name` covers `topic`.
+fn covers(pattern: AclPattern, name: &str, topic: &str) -> bool {
+    match pattern {
+        AclPattern::Literal => name == topic,
+        AclPattern::Prefixed => topic.starts_with(name),
+    }
+}
+
+/// The mirror's own topic, or the mirror-maker bookkeeping topics, that a target binding of
+/// `pattern` and `name` would cover, if any.
+fn covered_own(pattern: AclPattern, name: &str, own: &[&str]) -> Option<String> {
+    use crate::settings::routing::{ACL_RECORD_TOPIC_PREFIX, STORE_TOPIC_PREFIX};
+    if let Some(topic) = own.iter().find(|t| covers(pattern, name, t)) {
+        return Some((*topic).to_owned());
+    }
+    [STORE_TOPIC_PREFIX, ACL_RECORD_TOPIC_PREFIX]
+        .iter()
+        .find(|b| name.starts_with(*b) || (pattern == AclPattern::Prefixed && b.starts_with(name)))
+        .map(|b| format!("{b}* (mirror-maker's bookkeeping)"))
+}
+
 /// What a source ACL becomes on the target. `sources` are the source topics the whitelist
-/// matches (for a PREFIXED ACL: copied when one starts with its prefix).
+/// matches (for a PREFIXED ACL: copied when one starts with its prefix); `own` the mirror's
+/// own topics on the target, which no copied binding may cover.
 pub(crate) fn translate(
     acl: &TopicAcl,
     filter: &TopicFilter,
@@ -135,11 +175,9 @@ pub(crate) fn translate(
     sources: &[String],
     own: &[&str],
 ) -> Copied {
-    let operation = match acl.operation {
-        AclOperation::Write | AclOperation::Other => return Copied::Ignored,
-        AclOperation::All => AclOperation::Read,
-        other => other,
-    };
+    if matches!(acl.operation, AclOperation::Write | AclOperation::Other) {
+        return Copied::Ignored;
+    }
     let name = match acl.pattern {
         AclPattern::Literal if acl.name == "*" => {
             return Copied::Skipped(format!(
@@ -175,6 +213,33 @@ pub(crate) fn translate(
                 }
             }
         }
+    };
+    let shown = |name: &str| match acl.pattern {
+        AclPattern::Literal => format!("LITERAL topic {name}"),
+        AclPattern::Prefixed => format!("topics with PREFIX {name}"),
+    };
+    if let Some(topic) = covered_own(acl.pattern, &name, own) {
+        return Copied::Skipped(format!(
+            "ACL sync: the source's {} for {} on {} is not copied: on the target, {} would \
+             cover {topic}, the mirror's own; add a narrower one on the target by hand if \
+             wanted",
+            acl.operation.name(),
+            acl.principal,
+            shown(&acl.name),
+            shown(&name),
+        ));
+    }
+    let Some(operation) = granted(acl.operation) else {
+        return Copied::Skipped(format!(
+            "ACL sync: the source's {} for {} on {} is not copied: a mirror grants on the \
+             target only what reading the copy needs (READ, DESCRIBE, DESCRIBE_CONFIGS; ALL as \
+             READ), and {} would let that principal change or delete the copy; add it on the \
+             target by hand if wanted",
+            acl.operation.name(),
+            acl.principal,
+            shown(&acl.name),
+            acl.operation.name(),
+        ));
     };
     Copied::As(TopicAcl {
         pattern: acl.pattern,
@@ -821,6 +886,49 @@ mod tests {
         // No mirrored topic starts with it: not the mirror's business.
         let other = acl(Prefixed, "zzz", "User:bob", Read);
         assert_eq!(copy(&other, "{topic}"), Copied::Ignored);
+    }
+
+    #[test]
+    fn a_prefix_covering_the_mirrors_own_topics_is_not_copied_and_said() {
+        // `orders|payments` mirrored with the template {topic}: PREFIXED `m` would cover the
+        // offset store mirror-maker.offsets.source on the target (and any mirror-maker
+        // bookkeeping topic), `pay` does not.
+        let filter = TopicFilter::new("orders|payments|metrics").unwrap();
+        let template = TopicTemplate::parse("{topic}").unwrap();
+        let sources = vec!["metrics".to_owned(), "payments".to_owned()];
+        let own = ["mirror-maker.offsets.source", "mirror-maker.acls.source"];
+        let ops = acl(Prefixed, "m", "User:ops", Read);
+        let Copied::Skipped(line) = translate(&ops, &filter, &template, &sources, &own) else {
+            panic!("copied");
+        };
+        assert!(
+            line.contains("would cover mirror-maker.offsets.source"),
+            "{line}"
+        );
+        let bob = acl(Prefixed, "pay", "User:bob", Read);
+        assert!(matches!(
+            translate(&bob, &filter, &template, &sources, &own),
+            Copied::As(_)
+        ));
+    }
+
+    #[test]
+    fn only_what_reading_the_copy_needs_is_granted() {
+        for op in [Read, Describe, DescribeConfigs] {
+            let a = acl(Literal, "orders", "User:alice", op);
+            assert_eq!(copy(&a, "{topic}"), Copied::As(a.clone()), "{}", op.name());
+        }
+        for op in [Delete, Alter, AlterConfigs, Create] {
+            let a = acl(Prefixed, "pay", "User:ops", op);
+            let Copied::Skipped(line) = copy(&a, "primary.{topic}") else {
+                panic!("{} copied", op.name());
+            };
+            assert!(
+                line.contains(&format!("{} for User:ops", op.name()))
+                    && line.contains("change or delete the copy"),
+                "{line}"
+            );
+        }
     }
 
     #[test]
