@@ -329,6 +329,12 @@ impl Collector for StreamCollector {
 pub fn registry(stats: &Arc<Stats>) -> Registry {
     let mut registry = Registry::default();
     let t = &stats.recorded;
+    // Served at 0 from the start for the label values known now (the Prometheus guidelines
+    // on missing series): a series that first appears at 1 is not an increase to `rate()`
+    // or `increase()`, so an alert on it would miss the first records skipped.
+    let _ = t
+        .skipped
+        .get_or_create(&vec![("reason".to_owned(), "retention".to_owned())]);
     registry.register(
         "mirror_replication_latency_seconds",
         "Acknowledgement time minus the source record's timestamp",
@@ -392,6 +398,17 @@ pub fn registry(stats: &Arc<Stats>) -> Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_skipped_for_retention_is_served_at_zero_from_the_start() {
+        let stats = Arc::new(Stats::default());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry(&stats)).unwrap();
+        assert!(
+            text.contains("mirror_records_skipped_total{reason=\"retention\"} 0"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn store_records_rejected_and_offsets_refused_are_served() {
