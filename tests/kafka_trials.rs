@@ -1108,6 +1108,19 @@ fn clean_hand_overs(version: KafkaVersion, protocol: &GroupProtocol, mode: CopyM
         for (i, m) in mirrors.iter().enumerate() {
             eprintln!("--- mirror {i} (last) log:\n{}", m.log());
         }
+        // Where: per partition, the records on each side and the first that differs.
+        for p in 0..PARTITIONS {
+            let (s, t) = (pair.source_records(p), pair.target_records(pair.topic, p));
+            let first = s.iter().zip(&t).position(|(a, b)| a != b);
+            if s.len() != t.len() || first.is_some() {
+                eprintln!(
+                    "partition {p}: {} on the source, {} on the target, first differing at \
+                     offset {first:?}",
+                    s.len(),
+                    t.len()
+                );
+            }
+        }
     }
     assert_eq!(
         (c.source, c.lost, c.changed, c.duplicated),
