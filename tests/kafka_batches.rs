@@ -2163,12 +2163,8 @@ fn a_round_larger_than_the_target_takes_in_one_request_is_sent_in_smaller_reques
     let records = 16 * 2000;
     for i in 0..records {
         let s = sample(i, partitions, 1000);
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
-            .partition(s.partition)
-            .timestamp(s.timestamp);
-        record.key = s.key.as_deref();
-        record.payload = s.value.as_deref();
-        send_waiting(&p, record, None).expect("producing to the source");
+        send_waiting(&p, sample_as_record(&s, topic, s.partition), None)
+            .expect("producing to the source");
         p.poll(Duration::ZERO);
     }
     p.flush(Duration::from_secs(30))
@@ -2227,12 +2223,8 @@ fn a_batch_larger_than_a_partitions_fetch_waits_behind_no_busy_partition() {
     let p = producer(&pair.src(), &[("batch.size", "16384"), ("linger.ms", "5")]);
     let send = |partition: i32, index: u64, value_bytes: usize| {
         let s = sample(index, partitions, value_bytes);
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic)
-            .partition(partition)
-            .timestamp(s.timestamp);
-        record.key = s.key.as_deref();
-        record.payload = s.value.as_deref();
-        send_waiting(&p, record, None).expect("producing to the source");
+        send_waiting(&p, sample_as_record(&s, topic, partition), None)
+            .expect("producing to the source");
         p.poll(Duration::ZERO);
     };
     const LARGE_AT: usize = 20;

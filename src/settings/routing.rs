@@ -117,6 +117,9 @@ impl TopicFilter {
                 "it has the name of this mirror's {what} ({own}), another mirror's bookkeeping"
             ));
         }
+        if self.owned.is_empty() {
+            return None;
+        }
         let target = self.template.render(topic);
         let (own, what) = self.owned.iter().find(|(own, _)| *own == target)?;
         Some(format!(

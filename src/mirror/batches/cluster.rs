@@ -403,10 +403,7 @@ pub(crate) fn leader_moved(code: i16) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::io::{Read, Write};
-    use std::net::TcpListener;
-
-    use bytes::BytesMut;
+    use bytes::{BufMut, BytesMut};
     use kafka_protocol::messages::api_versions_response::ApiVersion;
     use kafka_protocol::messages::{ApiVersionsResponse, ResponseHeader};
     use kafka_protocol::protocol::Encodable;
@@ -417,14 +414,7 @@ mod tests {
     /// A broker that answers one ApiVersions request with `apis` (key, min, max), then hangs
     /// up: enough for [`speaks`] to judge it.
     fn fake_broker(apis: &'static [(i16, i16, i16)]) -> String {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
-        let address = listener.local_addr().expect("its address").to_string();
-        std::thread::spawn(move || {
-            let (mut conn, _) = listener.accept().expect("the engine connects");
-            let mut size = [0u8; 4];
-            conn.read_exact(&mut size).expect("a request size");
-            let mut request = vec![0u8; i32::from_be_bytes(size) as usize];
-            conn.read_exact(&mut request).expect("the request");
+        let answer = move |request: &[u8]| {
             // The request header v2: api key, version, then the correlation id.
             let correlation = i32::from_be_bytes(request[4..8].try_into().expect("4 bytes"));
             let response = ApiVersionsResponse::default().with_api_keys(
@@ -444,11 +434,12 @@ mod tests {
                 .encode(&mut body, 0)
                 .expect("a header");
             response.encode(&mut body, 3).expect("a body");
-            conn.write_all(&(body.len() as i32).to_be_bytes())
-                .expect("a size");
-            conn.write_all(&body).expect("the answer");
-        });
-        address
+            let mut frame = BytesMut::new();
+            frame.put_i32(body.len() as i32);
+            frame.extend_from_slice(&body);
+            frame.to_vec()
+        };
+        crate::mirror::batches::wire::fake::one_answer(answer, Duration::ZERO)
     }
 
     fn target_at(address: &str) -> ClientProps {
@@ -500,7 +491,7 @@ mod tests {
         // A port nothing listens on: the probe found the cluster a moment ago, so a refused
         // connection now is a passing failure the engine rides out.
         let address = {
-            let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a local port");
             listener.local_addr().expect("its address").to_string()
         };
         let spoken = speaks(

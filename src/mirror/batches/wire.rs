@@ -550,17 +550,20 @@ pub(crate) fn error_name(code: i16) -> String {
     }
 }
 
+/// A fake broker for the engine's unit tests.
 #[cfg(test)]
-mod tests {
+pub(crate) mod fake {
     use std::io::{Read, Write};
     use std::net::TcpListener;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
-    use super::{Connection, Dial, WireError};
-
-    /// A broker that answers the first request with a size prefix of `claimed` bytes and
-    /// `sent` bytes of it, then keeps the connection open without a word more.
-    fn broker_claiming(claimed: i32, sent: usize) -> String {
+    /// A broker on a loopback port that accepts one connection, reads one request frame,
+    /// writes back the bytes `answer` makes of the request (framing included), then keeps the
+    /// connection open for `hold` before it hangs up. Its address.
+    pub(crate) fn one_answer(
+        answer: impl FnOnce(&[u8]) -> Vec<u8> + Send + 'static,
+        hold: Duration,
+    ) -> String {
         let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
         let address = listener.local_addr().expect("its address").to_string();
         std::thread::spawn(move || {
@@ -569,11 +572,28 @@ mod tests {
             conn.read_exact(&mut size).expect("a request size");
             let mut request = vec![0u8; i32::from_be_bytes(size) as usize];
             conn.read_exact(&mut request).expect("the request");
-            conn.write_all(&claimed.to_be_bytes()).expect("a size");
-            conn.write_all(&vec![0u8; sent]).expect("some bytes");
-            std::thread::sleep(Duration::from_secs(10));
+            conn.write_all(&answer(&request)).expect("the answer");
+            std::thread::sleep(hold);
         });
         address
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{fake, Connection, Dial, WireError};
+
+    /// A broker that answers the first request with a size prefix of `claimed` bytes and
+    /// `sent` bytes of it, then keeps the connection open without a word more.
+    fn broker_claiming(claimed: i32, sent: usize) -> String {
+        let answer = move |_: &[u8]| {
+            let mut bytes = claimed.to_be_bytes().to_vec();
+            bytes.resize(4 + sent, 0);
+            bytes
+        };
+        fake::one_answer(answer, Duration::from_secs(10))
     }
 
     fn dial() -> Dial {

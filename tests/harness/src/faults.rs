@@ -689,6 +689,19 @@ mod tests {
         c
     }
 
+    /// Waits until the upstream has received `n` bytes, panicking once `within` has passed
+    /// since `since`.
+    fn wait_received(received: &AtomicU64, n: u64, since: Instant, within: Duration) {
+        while received.load(Ordering::Relaxed) < n {
+            assert!(
+                since.elapsed() < within,
+                "the upstream got {} of {n} bytes within {within:?}",
+                received.load(Ordering::Relaxed)
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     fn round_trip(c: &mut TcpStream, bytes: &[u8]) -> Vec<u8> {
         c.write_all(bytes).unwrap();
         let mut got = vec![0u8; bytes.len()];
@@ -761,10 +774,7 @@ mod tests {
         let mut c = client(&proxy);
         proxy.delay_answers(Duration::from_millis(500));
         c.write_all(b"sent").unwrap();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while received.load(Ordering::Relaxed) < 4 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_received(&received, 4, Instant::now(), Duration::from_secs(5));
         // The answer to "sent" is on its way back (500 ms late) when the hold begins.
         proxy.hold_requests();
         c.write_all(b"held").unwrap();
@@ -809,13 +819,8 @@ mod tests {
         proxy.delay_answers(Duration::from_millis(400));
         let started = Instant::now();
         c.write_all(b"request").unwrap();
-        while received.load(Ordering::Relaxed) < 7 {
-            assert!(
-                started.elapsed() < Duration::from_millis(300),
-                "the request waited too"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        // Within 300 ms: the request did not wait with its answer.
+        wait_received(&received, 7, started, Duration::from_millis(300));
         let mut got = [0u8; 7];
         c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         c.read_exact(&mut got).unwrap();
