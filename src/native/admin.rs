@@ -461,8 +461,48 @@ impl AclOperation {
     }
 }
 
-/// One ALLOW ACL on a topic resource: who (`principal`, `host`) may do `operation` on the
-/// topics `name` names (`pattern`). DENY entries are never read nor made here.
+/// Whether an ACL grants (ALLOW) or refuses (DENY); a DENY wins over every ALLOW.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AclPermission {
+    Allow,
+    Deny,
+}
+
+impl AclPermission {
+    /// As Kafka names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AclPermission::Allow => "ALLOW",
+            AclPermission::Deny => "DENY",
+        }
+    }
+
+    fn native(self) -> rdsys::rd_kafka_AclPermissionType_t {
+        match self {
+            AclPermission::Allow => {
+                rdsys::rd_kafka_AclPermissionType_t::RD_KAFKA_ACL_PERMISSION_TYPE_ALLOW
+            }
+            AclPermission::Deny => {
+                rdsys::rd_kafka_AclPermissionType_t::RD_KAFKA_ACL_PERMISSION_TYPE_DENY
+            }
+        }
+    }
+
+    fn from_native(native: rdsys::rd_kafka_AclPermissionType_t) -> Option<AclPermission> {
+        match native {
+            rdsys::rd_kafka_AclPermissionType_t::RD_KAFKA_ACL_PERMISSION_TYPE_ALLOW => {
+                Some(AclPermission::Allow)
+            }
+            rdsys::rd_kafka_AclPermissionType_t::RD_KAFKA_ACL_PERMISSION_TYPE_DENY => {
+                Some(AclPermission::Deny)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// One ACL on a topic resource: whether (`permission`) who (`principal`, `host`) may do
+/// `operation` on the topics `name` names (`pattern`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TopicAcl {
     pub pattern: AclPattern,
@@ -470,6 +510,7 @@ pub struct TopicAcl {
     pub principal: String,
     pub host: String,
     pub operation: AclOperation,
+    pub permission: AclPermission,
 }
 
 /// An ACL request's per-binding answer: `None` if applied, else the error code and message.
@@ -572,7 +613,7 @@ unsafe fn native_binding(
         AclStrings::ptr(&strings.principal),
         AclStrings::ptr(&strings.host),
         operation,
-        rdsys::rd_kafka_AclPermissionType_t::RD_KAFKA_ACL_PERMISSION_TYPE_ALLOW,
+        acl.permission.native(),
     );
     // SAFETY: the strings are NUL-terminated and alive for the call (librdkafka copies them);
     // `errstr` is writable for its length.
@@ -679,8 +720,9 @@ unsafe fn answer(
     }
 }
 
-/// DescribeAcls (KIP-140) with a filter of every ALLOW ACL on TOPIC resources, LITERAL and
-/// PREFIXED (any name, principal, host and operation). Needs DESCRIBE on the cluster.
+/// DescribeAcls (KIP-140) with a filter of every ACL on TOPIC resources, ALLOW and DENY,
+/// LITERAL and PREFIXED (any name, principal, host and operation). Needs DESCRIBE on the
+/// cluster.
 pub fn describe_topic_acls<C: ClientContext>(
     client: &Client<C>,
     timeout: Duration,
@@ -704,7 +746,7 @@ pub fn describe_topic_acls<C: ClientContext>(
             std::ptr::null(),
             std::ptr::null(),
             rdsys::rd_kafka_AclOperation_t::RD_KAFKA_ACL_OPERATION_ANY,
-            rdsys::rd_kafka_AclPermissionType_t::RD_KAFKA_ACL_PERMISSION_TYPE_ALLOW,
+            rdsys::rd_kafka_AclPermissionType_t::RD_KAFKA_ACL_PERMISSION_TYPE_ANY,
             errstr.as_mut_ptr(),
             errstr.len(),
         ))
@@ -729,17 +771,18 @@ pub fn describe_topic_acls<C: ClientContext>(
                 }
                 _ => continue,
             };
-            if rdsys::rd_kafka_AclBinding_permission_type(acl)
-                != rdsys::rd_kafka_AclPermissionType_t::RD_KAFKA_ACL_PERMISSION_TYPE_ALLOW
-            {
+            let Some(permission) =
+                AclPermission::from_native(rdsys::rd_kafka_AclBinding_permission_type(acl))
+            else {
                 continue;
-            }
+            };
             out.push(TopicAcl {
                 pattern,
                 name: c_text(rdsys::rd_kafka_AclBinding_name(acl)),
                 principal: c_text(rdsys::rd_kafka_AclBinding_principal(acl)),
                 host: c_text(rdsys::rd_kafka_AclBinding_host(acl)),
                 operation: AclOperation::from_native(rdsys::rd_kafka_AclBinding_operation(acl)),
+                permission,
             });
         }
         drop(event);
@@ -750,8 +793,8 @@ pub fn describe_topic_acls<C: ClientContext>(
     }
 }
 
-/// CreateAcls (KIP-140): each of `acls` as an ALLOW binding; one answer per binding, in the
-/// order given. Needs ALTER on the cluster.
+/// CreateAcls (KIP-140): each of `acls` as a binding; one answer per binding, in the order
+/// given. Needs ALTER on the cluster.
 pub fn create_topic_acls<C: ClientContext>(
     client: &Client<C>,
     acls: &[TopicAcl],
@@ -805,7 +848,7 @@ pub fn create_topic_acls<C: ClientContext>(
 }
 
 /// DeleteAcls (KIP-140) with one exact filter per ACL (its pattern, name, principal, host and
-/// operation, ALLOW): nothing but that binding matches. One answer per filter, in the order
+/// operation, permission): nothing but that binding matches. One answer per filter, in the order
 /// given. Needs ALTER on the cluster.
 pub fn delete_topic_acls<C: ClientContext>(
     client: &Client<C>,

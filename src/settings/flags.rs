@@ -361,9 +361,9 @@ pub struct MirrorArgs {
 
     /// Copy the source's ALLOW ACLs on mirrored topics (LITERAL and PREFIXED, names through
     /// --target.topic; READ, DESCRIBE, DESCRIBE_CONFIGS, ALL made READ; never WRITE, CREATE,
-    /// DELETE, ALTER, ALTER_CONFIGS, DENY, or a binding over the mirror's own topics) onto the
-    /// target every --sync.topic.configs.interval.ms, and remove those it made that the source
-    /// no longer has. ACLs it did not make are never touched; what it made is kept in the target topic
+    /// DELETE, ALTER, ALTER_CONFIGS, or a binding over the mirror's own topics) and the DENY
+    /// ACLs that override them onto the target every --sync.topic.configs.interval.ms, and
+    /// remove those it made that the source no longer has. ACLs it did not make are never touched; what it made is kept in the target topic
     /// mirror-maker.acls.SOURCE NAME.
     #[arg(long = "sync.topic.acls", value_name = "BOOL", num_args = 0..=1,
           default_value_t = defaults::SYNC_TOPIC_ACLS, default_missing_value = "true",

@@ -557,6 +557,37 @@ impl KafkaCluster {
             .join(",")
     }
 
+    /// What `user` (SASL PLAIN on the SASL_PLAINTEXT listener, a cluster started with
+    /// [`SecureListener::SaslSslScram`]) gets reading `topic`/0 from its start, assigned (its
+    /// group `reader`, whose offsets it neither reads nor commits: the user needs READ on
+    /// the topic and DESCRIBE on that group): `Ok` at its first record, `Err` with the
+    /// broker's refusal; panics if neither comes within 30 s.
+    pub fn read_as(&self, user: &str, password: &str, topic: &str) -> Result<(), String> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.sasl_plaintext_bootstrap())
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .set("sasl.mechanism", "PLAIN")
+            .set("sasl.username", user)
+            .set("sasl.password", password)
+            .set("group.id", "reader")
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("a consumer");
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+            .expect("a partition");
+        consumer.assign(&tpl).expect("assigning the partition");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(_)) => return Ok(()),
+                Some(Err(e)) => return Err(e.to_string()),
+                None => {}
+            }
+        }
+        panic!("{user} read no record of {topic}/0 and was refused nothing in 30 s");
+    }
+
     /// Runs Kafka's `AclCommand` (kafka-acls) against this cluster's PLAINTEXT listener, whose
     /// principal (`User:ANONYMOUS`) is a super user of a [`KafkaSecurity`] cluster with an
     /// authorizer: e.g. `["--add", "--allow-principal", "User:mirror", "--operation", "Read",
