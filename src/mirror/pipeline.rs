@@ -82,6 +82,9 @@ pub fn run(
         ))
     })?;
     let settings = &capped;
+    for line in settings.exposures() {
+        tracing::warn!("{line}");
+    }
     if !settings.batches {
         // librdkafka's producer is not the one that writes the records in the batch engine.
         clients::explain_gapless(&settings.producer);

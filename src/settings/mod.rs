@@ -223,6 +223,14 @@ const MIN_STREAM_SHARE_BYTES: usize = 1024 * 1024;
 pub const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_000_000_000;
 
 impl Settings {
+    /// What the two client configs leave open on the network ([`wire_security::exposures`]):
+    /// said at start and by `check`.
+    pub fn exposures(&self) -> Vec<String> {
+        let mut lines = wire_security::exposures(&self.consumer, "source");
+        lines.extend(wire_security::exposures(&self.producer, "target"));
+        lines
+    }
+
     /// Asks both clients for statistics every `interval` (lag and target reachability for
     /// metrics and progress), unless the configs set `statistics.interval.ms` themselves.
     pub fn enable_statistics(&mut self, interval: Duration) {

@@ -169,6 +169,53 @@ pub fn wire_security(props: &ClientProps) -> Result<WireSecurity, String> {
     })
 }
 
+/// What a client config of the `cluster` (`source` or `target`) leaves open on the network,
+/// one line each, for both engines (librdkafka reads the same keys): a PLAIN password sent
+/// without TLS, a broker certificate not checked, a broker host name not checked. Said once
+/// at start and by `check`; the config is honoured as it is.
+pub fn exposures(props: &ClientProps, cluster: &str) -> Vec<String> {
+    let config = props.path.display();
+    let is = |key: &str, value: &str| {
+        props
+            .get(key)
+            .is_some_and(|v| v.eq_ignore_ascii_case(value))
+    };
+    let protocol = props
+        .get("security.protocol")
+        .map(str::to_ascii_uppercase)
+        .unwrap_or_default();
+    let mechanism = props
+        .get("sasl.mechanism")
+        .or_else(|| props.get("sasl.mechanisms"))
+        .unwrap_or("GSSAPI");
+    let mut lines = Vec::new();
+    if protocol == "SASL_PLAINTEXT" && mechanism.eq_ignore_ascii_case("PLAIN") {
+        lines.push(format!(
+            "the {cluster} cluster ({config}): SASL PLAIN over SASL_PLAINTEXT sends the \
+             password in clear text to whoever is on the path: use security.protocol=SASL_SSL, \
+             or SCRAM-SHA-512 if TLS cannot be had"
+        ));
+    }
+    if protocol.ends_with("SSL") {
+        if is("enable.ssl.certificate.verification", "false") {
+            lines.push(format!(
+                "the {cluster} cluster ({config}): enable.ssl.certificate.verification=false: \
+                 the brokers' certificates are not checked, so anyone on the path can pose as \
+                 a broker and read the credentials and the records: give the brokers' CA in \
+                 ssl.ca.location instead"
+            ));
+        } else if is("ssl.endpoint.identification.algorithm", "none") {
+            lines.push(format!(
+                "the {cluster} cluster ({config}): ssl.endpoint.identification.algorithm=none: \
+                 the brokers' host names are not checked against their certificates, so any \
+                 certificate of the same CA passes as a broker: remove the key (https is the \
+                 default)"
+            ));
+        }
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,5 +300,48 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(reason.contains("without sasl.password"), "{reason}");
+    }
+
+    #[test]
+    fn what_a_config_leaves_open_is_said_naming_the_cluster_and_file() {
+        let plain = props(&[
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.username", "mirror"),
+            ("sasl.password", "hunter2"),
+        ]);
+        let lines = exposures(&plain, "source");
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0]
+                .starts_with("the source cluster (consumer.toml): SASL PLAIN over SASL_PLAINTEXT")
+                && !lines[0].contains("hunter2"),
+            "{lines:?}"
+        );
+        let scram = props(&[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+        ]);
+        assert!(exposures(&scram, "source").is_empty());
+        let unchecked = props(&[
+            ("security.protocol", "SSL"),
+            ("enable.ssl.certificate.verification", "false"),
+            ("ssl.endpoint.identification.algorithm", "none"),
+        ]);
+        let lines = exposures(&unchecked, "target");
+        assert_eq!(lines.len(), 1, "one line: nothing is checked: {lines:?}");
+        assert!(
+            lines[0].contains("certificates are not checked"),
+            "{lines:?}"
+        );
+        let hostless = props(&[
+            ("security.protocol", "SASL_SSL"),
+            ("ssl.endpoint.identification.algorithm", "NONE"),
+        ]);
+        assert!(exposures(&hostless, "target")[0].contains("host names are not checked"));
+        // Without TLS, the TLS keys change nothing.
+        let plaintext = props(&[("enable.ssl.certificate.verification", "false")]);
+        assert!(exposures(&plaintext, "target").is_empty());
+        assert!(exposures(&props(&[("security.protocol", "SSL")]), "target").is_empty());
     }
 }

@@ -78,6 +78,12 @@ fn reached(report: &mut CheckReport, settings: &Settings, cluster: Cluster) -> O
 /// Runs the checks. An unreachable cluster ends them early with a problem that names it.
 pub fn check(settings: &Settings) -> CheckReport {
     let mut report = CheckReport::default();
+    report.lines.extend(
+        settings
+            .exposures()
+            .into_iter()
+            .map(|line| format!("security: {line}")),
+    );
     let Some(source) = reached(&mut report, settings, Cluster::Source) else {
         return report;
     };

@@ -8,8 +8,17 @@ use openssl::hash::MessageDigest;
 use openssl::pkey::PKey;
 use openssl::sign::Signer;
 
+use bytes::Bytes;
+use zeroize::Zeroizing;
+
 use crate::settings::client::ClientProps;
 use crate::settings::wire_security::Mechanism;
+
+/// A message of the exchange that holds a secret (PLAIN's password, SCRAM's proof): its
+/// bytes are cleared when the last reference to them goes (after the request is encoded).
+fn secret_message(bytes: Vec<u8>) -> Bytes {
+    Bytes::from_owner(Zeroizing::new(bytes))
+}
 
 /// The credentials of one client config.
 pub(crate) struct Sasl {
@@ -38,7 +47,7 @@ impl Sasl {
     }
 
     /// The mechanism's first message, and the exchange that answers the broker's messages.
-    pub(crate) fn start(&self) -> (Vec<u8>, Exchange) {
+    pub(crate) fn start(&self) -> (Bytes, Exchange) {
         match self.mechanism {
             Mechanism::Plain => {
                 let mut token = Vec::with_capacity(2 + self.username.len() + self.password.len());
@@ -46,12 +55,12 @@ impl Sasl {
                 token.extend_from_slice(self.username.as_bytes());
                 token.push(0);
                 token.extend_from_slice(self.password.as_bytes());
-                (token, Exchange::Done)
+                (secret_message(token), Exchange::Done)
             }
             Mechanism::ScramSha256 | Mechanism::ScramSha512 => {
                 let scram = Scram::new(self.mechanism, &self.username, &nonce());
                 (
-                    scram.client_first().into_bytes(),
+                    Bytes::from(scram.client_first().into_bytes()),
                     Exchange::ServerFirst(scram),
                 )
             }
@@ -72,13 +81,13 @@ pub(crate) enum Exchange {
 impl Exchange {
     /// The answer to the broker's message `server`: the next message to send, or `None` when
     /// the exchange is complete. Errors never hold the password.
-    pub(crate) fn answer(&mut self, sasl: &Sasl, server: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    pub(crate) fn answer(&mut self, sasl: &Sasl, server: &[u8]) -> Result<Option<Bytes>, String> {
         let server = String::from_utf8_lossy(server);
         match std::mem::replace(self, Exchange::Done) {
             Exchange::ServerFirst(mut scram) => {
                 let client_final = scram.client_final(&server, &sasl.password)?;
                 *self = Exchange::ServerFinal(scram);
-                Ok(Some(client_final.into_bytes()))
+                Ok(Some(secret_message(client_final.into_bytes())))
             }
             Exchange::ServerFinal(scram) => scram.verify_server_final(&server).map(|()| None),
             Exchange::Done => Ok(None),
@@ -169,7 +178,7 @@ impl Scram {
             ));
         }
         let crypto = |e: openssl::error::ErrorStack| format!("SCRAM: {e}");
-        let mut salted = vec![0u8; self.digest.size()];
+        let mut salted = Zeroizing::new(vec![0u8; self.digest.size()]);
         openssl::pkcs5::pbkdf2_hmac(
             password.as_bytes(),
             &salt,
@@ -178,18 +187,20 @@ impl Scram {
             &mut salted,
         )
         .map_err(crypto)?;
-        let client_key = self.hmac(&salted, b"Client Key").map_err(crypto)?;
+        let client_key = Zeroizing::new(self.hmac(&salted, b"Client Key").map_err(crypto)?);
         let stored_key = openssl::hash::hash(self.digest, &client_key).map_err(crypto)?;
         let without_proof = format!("c={},r={nonce}", openssl::base64::encode_block(b"n,,"));
         let auth_message = format!("{},{server_first},{without_proof}", self.client_first_bare);
         let client_signature = self
             .hmac(&stored_key, auth_message.as_bytes())
             .map_err(crypto)?;
-        let proof: Vec<u8> = client_key
-            .iter()
-            .zip(&client_signature)
-            .map(|(k, s)| k ^ s)
-            .collect();
+        let proof: Zeroizing<Vec<u8>> = Zeroizing::new(
+            client_key
+                .iter()
+                .zip(&client_signature)
+                .map(|(k, s)| k ^ s)
+                .collect(),
+        );
         let server_key = self.hmac(&salted, b"Server Key").map_err(crypto)?;
         self.server_signature = Some(
             self.hmac(&server_key, auth_message.as_bytes())
@@ -343,7 +354,7 @@ mod tests {
         );
         let sasl = Sasl::new(Mechanism::Plain, &props);
         let (first, mut exchange) = sasl.start();
-        assert_eq!(first, b"\0alice\0hunter2");
+        assert_eq!(&first[..], b"\0alice\0hunter2");
         assert_eq!(exchange.answer(&sasl, b""), Ok(None));
         assert!(!format!("{sasl:?}").contains("hunter2"));
     }

@@ -25,6 +25,7 @@ use kafka_protocol::messages::{
     SaslHandshakeRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use zeroize::Zeroize;
 
 use super::sasl::Sasl;
 use super::tls::{Stream, Tls};
@@ -178,6 +179,17 @@ pub(crate) struct Connection {
     timeout: Duration,
 }
 
+/// Writes `frame` to `out`; a `secret` frame (a SASL message: PLAIN's password, SCRAM's
+/// proof) is cleared after, so that it is not left in the thread's buffer for the next
+/// request to write over only in part.
+fn write_frame(out: &mut impl Write, frame: &mut BytesMut, secret: bool) -> std::io::Result<()> {
+    let written = out.write_all(frame);
+    if secret {
+        frame.as_mut().zeroize();
+    }
+    written
+}
+
 thread_local! {
     /// The buffer every connection of this thread encodes its requests into and reads its
     /// answers into, kept between them:
@@ -308,8 +320,8 @@ impl Connection {
         }
         let (mut message, mut exchange) = sasl.start();
         loop {
-            let response = self
-                .call(&SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(message)))?;
+            let response =
+                self.call(&SaslAuthenticateRequest::default().with_auth_bytes(message.clone()))?;
             if response.error_code != 0 {
                 let said = response
                     .error_message
@@ -401,13 +413,16 @@ impl Connection {
             frame.put_i32(i32::try_from(size).unwrap_or(i32::MAX));
             header.encode(frame, header_version).map_err(codec)?;
             request.encode(frame, version).map_err(codec)?;
-            self.stream
-                .write_all(frame)
-                .map_err(|source| WireError::Io {
-                    broker: self.broker.clone(),
-                    what: "cannot send a request",
-                    source,
-                })
+            write_frame(
+                &mut self.stream,
+                frame,
+                R::KEY == SaslAuthenticateRequest::KEY,
+            )
+            .map_err(|source| WireError::Io {
+                broker: self.broker.clone(),
+                what: "cannot send a request",
+                source,
+            })
         })?;
         self.sent.push_back(Sent {
             correlation,
@@ -647,6 +662,18 @@ mod tests {
             made_ready <= 2 * super::FIRST_READ,
             "{made_ready} bytes made ready for 10 that came"
         );
+    }
+
+    #[test]
+    fn a_sasl_message_is_not_left_in_the_request_buffer() {
+        let mut frame = bytes::BytesMut::from(&b"\0\0\0\x0e\0alice\0hunter2"[..]);
+        let mut wire = Vec::new();
+        super::write_frame(&mut wire, &mut frame, true).unwrap();
+        assert_eq!(wire, b"\0\0\0\x0e\0alice\0hunter2");
+        assert!(frame.iter().all(|b| *b == 0), "{frame:?}");
+        let mut other = bytes::BytesMut::from(&b"metadata"[..]);
+        super::write_frame(&mut Vec::new(), &mut other, false).unwrap();
+        assert_eq!(&other[..], b"metadata");
     }
 
     #[test]
