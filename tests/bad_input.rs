@@ -813,6 +813,31 @@ fn topic_config_sync_flags_are_checked() {
     }
 }
 
+/// A config a copy never takes from its source (the target's durability, brokers or clock) is
+/// refused by name in the list, whichever way a target topic would get it.
+#[test]
+fn a_topic_config_a_copy_never_takes_is_refused_in_the_list() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    for key in [
+        "min.insync.replicas",
+        "unclean.leader.election.enable",
+        "message.timestamp.type",
+        "message.timestamp.difference.max.ms",
+        "leader.replication.throttled.replicas",
+    ] {
+        let list = format!("retention.ms, {key}");
+        assert_refused(
+            &mirror_args(&c, &p, &["--create.topics.configs", &list]),
+            &[
+                "--create.topics.configs lists",
+                key,
+                "never takes it from its source",
+            ],
+        );
+    }
+}
+
 #[test]
 fn acl_sync_flag_is_checked() {
     let dir = tempdir();

@@ -14,6 +14,11 @@
 //! setting explicitly while the mirror ran, and whose target value differs, is warned about
 //! once (the operator deletes it on the target if it should follow), and `check` lists it.
 //!
+//! A change that would make the target refuse what the source holds (a lower
+//! `max.message.bytes`, compaction turned on) is not taken, said once ([`guard`]); the keys a
+//! copy never takes at all are refused in the list at start
+//! (`settings::NEVER_COPIED_TOPIC_CONFIGS`).
+//!
 //! One thread ([`run`]) runs the rounds, off the data path: a refusal (policy, authorization,
 //! an invalid value) is warned once per topic and key, counted
 //! (`mirror_config_sync_failures_total{topic,key}`), and mirroring goes on; a cluster that
@@ -80,6 +85,15 @@ pub(crate) struct Kept {
     pub(crate) target: Option<String>,
 }
 
+/// A change the source asks for that the copy must not take: it would make the target refuse
+/// records the source holds or may still send. Not set; said once, and by `check`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Guarded {
+    pub(crate) change: Change,
+    /// Why, and what to do instead.
+    pub(crate) why: String,
+}
+
 /// What a round would do to one mirrored topic.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct TopicPlan {
@@ -87,6 +101,7 @@ pub(crate) struct TopicPlan {
     pub(crate) target_topic: String,
     pub(crate) changes: Vec<Change>,
     pub(crate) kept: Vec<Kept>,
+    pub(crate) guarded: Vec<Guarded>,
 }
 
 /// A topic whose configs a cluster would not describe (authorization, mostly).
@@ -141,15 +156,56 @@ fn is_authorization(code: RDKafkaErrorCode) -> bool {
     )
 }
 
+/// Why the copy must not take `change`, if it must not: a change that would make the target
+/// refuse what the source holds. `max.message.bytes` only grows on the target (a lower limit
+/// refuses the batches already in the source's log, up to the old one); `cleanup.policy`
+/// never turns compaction on (a compacted topic refuses records without a key, which the
+/// source's log may hold from before its own change). Every other listed key follows the
+/// source; the keys a copy never takes at all are refused in `--create.topics.configs`
+/// (`settings::NEVER_COPIED_TOPIC_CONFIGS`).
+pub(crate) fn guard(change: &Change) -> Option<String> {
+    let target = change.target.as_deref();
+    match change.key.as_str() {
+        "max.message.bytes" => {
+            let (Ok(source), Some(Ok(target))) = (
+                change.source.trim().parse::<i64>(),
+                target.map(|t| t.trim().parse::<i64>()),
+            ) else {
+                return None;
+            };
+            (source < target).then(|| {
+                format!(
+                    "it would lower the target's limit from {target} to {source} bytes, and \
+                     the target would refuse the batches between the two that the source's log \
+                     holds or may still send; lower it on the target by hand once the source's \
+                     log holds no such batch"
+                )
+            })
+        }
+        "cleanup.policy" => {
+            let compacts = |v: &str| v.split(',').any(|p| p.trim() == "compact");
+            (compacts(&change.source) && !target.is_some_and(compacts)).then(|| {
+                "it would make the target topic compacted, and Kafka refuses records without \
+                 a key on a compacted topic, which the source's log may hold from before its \
+                 change; set it on the target by hand once the source's log holds only keyed \
+                 records"
+                    .to_owned()
+            })
+        }
+        _ => None,
+    }
+}
+
 /// For each of `keys`: a change where the source sets the key explicitly and the target's
-/// value (explicit or not) differs; a kept key where the source does not and the target's
-/// value differs from the source's. Sensitive keys are never described with a value and never
-/// synced. Keys neither cluster names are skipped.
+/// value (explicit or not) differs, guarded where the copy must not take it ([`guard`]); a
+/// kept key where the source does not and the target's value differs from the source's.
+/// Sensitive keys are never described with a value and never synced. Keys neither cluster
+/// names are skipped.
 pub(crate) fn diff(
     keys: &[String],
     source: &HashMap<String, Described>,
     target: &HashMap<String, Described>,
-) -> (Vec<Change>, Vec<Kept>) {
+) -> (Vec<Change>, Vec<Kept>, Vec<Guarded>) {
     let (mut changes, mut kept) = (Vec::new(), Vec::new());
     for key in keys {
         let Some(s) = source.get(key) else { continue };
@@ -168,7 +224,16 @@ pub(crate) fn diff(
             _ => {}
         }
     }
-    (changes, kept)
+    let (changes, guarded): (Vec<Change>, Vec<Change>) =
+        changes.into_iter().partition(|c| guard(c).is_none());
+    let guarded = guarded
+        .into_iter()
+        .map(|change| Guarded {
+            why: guard(&change).unwrap_or_default(),
+            change,
+        })
+        .collect();
+    (changes, kept, guarded)
 }
 
 /// The listed configs of each topic a cluster described.
@@ -341,12 +406,13 @@ impl ConfigSync {
             let (Some(s), Some(t)) = (source.get(&source_topic), target.get(&target_topic)) else {
                 continue;
             };
-            let (changes, kept) = diff(&self.keys, s, t);
+            let (changes, kept, guarded) = diff(&self.keys, s, t);
             topics.push(TopicPlan {
                 source_topic,
                 target_topic,
                 changes,
                 kept,
+                guarded,
             });
         }
         Ok(Plan { topics, refused })
@@ -372,6 +438,17 @@ impl ConfigSync {
             for change in &topic.changes {
                 self.explicit_seen
                     .insert((topic.source_topic.clone(), change.key.clone()));
+            }
+            for guarded in &topic.guarded {
+                let line = guarded_line(topic, guarded);
+                let change = &guarded.change;
+                self.warn_once(
+                    format!(
+                        "guarded {} {}={}",
+                        topic.target_topic, change.key, change.source
+                    ),
+                    || line,
+                );
             }
             for kept in &topic.kept {
                 let seen = (topic.source_topic.clone(), kept.key.clone());
@@ -608,7 +685,22 @@ pub(crate) fn preview(settings: &Settings, timeout: Duration) -> Result<Plan, Sy
     ConfigSync::new(settings, keys, timeout)?.plan()
 }
 
-/// `check`'s lines for a plan: one per key that would change or is left different.
+/// The line for a change the copy does not take.
+fn guarded_line(topic: &TopicPlan, guarded: &Guarded) -> String {
+    let change = &guarded.change;
+    format!(
+        "topic-config sync: source topic {} sets {}={}; target topic {} keeps {}: {}",
+        topic.source_topic,
+        change.key,
+        change.source,
+        topic.target_topic,
+        change.target.as_deref().unwrap_or("unset"),
+        guarded.why
+    )
+}
+
+/// `check`'s lines for a plan: one per key that would change, is left different, or is not
+/// taken.
 pub(crate) fn plan_lines(plan: &Plan) -> Vec<String> {
     let mut lines = Vec::new();
     let mut by_topic: BTreeMap<&str, &TopicPlan> = BTreeMap::new();
@@ -626,6 +718,9 @@ pub(crate) fn plan_lines(plan: &Plan) -> Vec<String> {
                 c.source,
                 unset(&c.target)
             ));
+        }
+        for g in &t.guarded {
+            lines.push(format!("{} (not set)", guarded_line(t, g)));
         }
         for k in &t.kept {
             lines.push(format!(
@@ -675,15 +770,15 @@ mod tests {
     fn a_value_the_source_sets_explicitly_is_set_where_the_target_differs() {
         let source = configs(&[
             ("retention.ms", Some("3600000"), true),
-            ("cleanup.policy", Some("compact"), true),
+            ("cleanup.policy", Some("delete"), true),
             ("max.message.bytes", Some("1048588"), true),
         ]);
         let target = configs(&[
             ("retention.ms", Some("604800000"), true),
-            ("cleanup.policy", Some("delete"), false),
+            ("cleanup.policy", Some("compact"), false),
             ("max.message.bytes", Some("1048588"), false),
         ]);
-        let (changes, kept) = diff(
+        let (changes, kept, _) = diff(
             &keys("retention.ms,cleanup.policy,max.message.bytes"),
             &source,
             &target,
@@ -698,8 +793,8 @@ mod tests {
                 },
                 Change {
                     key: "cleanup.policy".into(),
-                    source: "compact".into(),
-                    target: Some("delete".into())
+                    source: "delete".into(),
+                    target: Some("compact".into())
                 },
             ]
         );
@@ -711,7 +806,7 @@ mod tests {
         // A broker default on the source, a value set by hand (or at creation) on the target.
         let source = configs(&[("retention.ms", Some("604800000"), false)]);
         let target = configs(&[("retention.ms", Some("86400000"), true)]);
-        let (changes, kept) = diff(&keys("retention.ms"), &source, &target);
+        let (changes, kept, _) = diff(&keys("retention.ms"), &source, &target);
         assert!(changes.is_empty(), "{changes:?}");
         assert_eq!(
             kept,
@@ -727,15 +822,58 @@ mod tests {
     fn keys_outside_the_list_are_never_touched() {
         let source = configs(&[("segment.bytes", Some("1000"), true)]);
         let target = configs(&[("segment.bytes", Some("2000"), true)]);
-        let (changes, kept) = diff(&keys("retention.ms"), &source, &target);
+        let (changes, kept, _) = diff(&keys("retention.ms"), &source, &target);
         assert!(changes.is_empty() && kept.is_empty());
     }
 
     #[test]
     fn a_target_missing_the_key_gets_it() {
         let source = configs(&[("retention.ms", Some("1"), true)]);
-        let (changes, _) = diff(&keys("retention.ms"), &source, &HashMap::new());
+        let (changes, _, _) = diff(&keys("retention.ms"), &source, &HashMap::new());
         assert_eq!(changes[0].target, None);
+    }
+
+    #[test]
+    fn a_change_that_would_make_the_target_refuse_what_the_source_holds_is_not_taken() {
+        let keys = keys("max.message.bytes,cleanup.policy,retention.ms");
+        let source = configs(&[
+            ("max.message.bytes", Some("1048588"), true),
+            ("cleanup.policy", Some("compact"), true),
+            ("retention.ms", Some("60000"), true),
+        ]);
+        let target = configs(&[
+            ("max.message.bytes", Some("8388608"), true),
+            ("cleanup.policy", Some("delete"), false),
+            ("retention.ms", Some("604800000"), false),
+        ]);
+        let (changes, _, guarded) = diff(&keys, &source, &target);
+        assert_eq!(
+            changes.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(),
+            ["retention.ms"]
+        );
+        let why: Vec<(&str, &str)> = guarded
+            .iter()
+            .map(|g| (g.change.key.as_str(), g.why.as_str()))
+            .collect();
+        assert_eq!(why.len(), 2, "{why:?}");
+        assert!(why[0].0 == "max.message.bytes" && why[0].1.contains("from 8388608 to 1048588"));
+        assert!(why[1].0 == "cleanup.policy" && why[1].1.contains("without a key"));
+        // The safe directions follow the source: a higher limit, compaction turned off, or
+        // compaction kept where the target compacts already.
+        let source = configs(&[
+            ("max.message.bytes", Some("16777216"), true),
+            ("cleanup.policy", Some("compact,delete"), true),
+        ]);
+        let target = configs(&[
+            ("max.message.bytes", Some("8388608"), true),
+            ("cleanup.policy", Some("compact"), true),
+        ]);
+        let (changes, _, guarded) = diff(&keys, &source, &target);
+        assert_eq!(changes.len(), 2, "{changes:?}");
+        assert!(guarded.is_empty(), "{guarded:?}");
+        let source = configs(&[("cleanup.policy", Some("delete"), true)]);
+        let target = configs(&[("cleanup.policy", Some("compact"), true)]);
+        assert_eq!(diff(&keys, &source, &target).0.len(), 1);
     }
 
     #[test]

@@ -91,6 +91,47 @@ pub mod defaults {
         max.message.bytes";
 }
 
+/// Topic configs a copy never takes from its source, neither when it creates a target topic
+/// nor in `--sync.topic.configs`, with why: the target's durability, its brokers and the
+/// records' timestamps are the target's own. MirrorMaker 2 leaves out the same keys by default
+/// (`config.properties.exclude`).
+pub const NEVER_COPIED_TOPIC_CONFIGS: &[(&str, &str)] = &[
+    (
+        "min.insync.replicas",
+        "the target's durability is its own: a lower value weakens it, a value above the target \
+         topic's replicas makes it refuse every write",
+    ),
+    (
+        "unclean.leader.election.enable",
+        "it lets the target lose acknowledged records",
+    ),
+    (
+        "message.timestamp.type",
+        "LogAppendTime on the target replaces every copied record's timestamp with the target's \
+         clock",
+    ),
+    (
+        "message.timestamp.difference.max.ms",
+        "the target would refuse the source's older records as they are copied",
+    ),
+    (
+        "message.timestamp.before.max.ms",
+        "the target would refuse the source's older records as they are copied",
+    ),
+    (
+        "message.timestamp.after.max.ms",
+        "the target would refuse records whose timestamps the source took",
+    ),
+    (
+        "leader.replication.throttled.replicas",
+        "it names the source's brokers, not the target's",
+    ),
+    (
+        "follower.replication.throttled.replicas",
+        "it names the source's brokers, not the target's",
+    ),
+];
+
 /// `n` and the noun, plural unless `n` is 1 ("1 partition", "2 partitions"): for the lines
 /// users read, from every layer above this one.
 pub fn counted(n: impl std::fmt::Display, noun: &str) -> String {
@@ -288,6 +329,17 @@ impl Settings {
         if let Some(eo) = exactly_once {
             exactly_once::producer_props(&mut settings.producer);
             settings.exactly_once = Some(eo);
+        }
+        if let Some((key, why)) = args
+            .create_topics_configs
+            .split(',')
+            .map(str::trim)
+            .find_map(|k| NEVER_COPIED_TOPIC_CONFIGS.iter().find(|(n, _)| *n == k))
+        {
+            return Err(SettingsError::Usage(format!(
+                "--create.topics.configs lists {key}: a copy never takes it from its source \
+                 ({why}); remove it from the list and set it on the target topics by hand"
+            )));
         }
         settings.create_topics = args
             .create_topics
