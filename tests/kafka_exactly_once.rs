@@ -204,6 +204,13 @@ fn rebalance_storm(pair: &KafkaPair, consumer: &[(&str, &str)], protocol: &str) 
         // Not a condition: the cadence of the storm under load.
         std::thread::sleep(Duration::from_millis(1500));
         if step == 3 || step == 7 {
+            // A run killed before it holds partitions leaves nothing to fence: under load (a
+            // fresh machine's first run) one did, and the trial saw 0 fences. The kill waits
+            // until the run copies.
+            mirrors[i].wait_for_log(
+                "starting from the offset mapping's progress",
+                "the run to be killed holds partitions",
+            );
             mirrors[i].signal("KILL");
             mirrors[i].wait(Duration::from_secs(10));
         } else {
