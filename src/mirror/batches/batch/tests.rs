@@ -1244,3 +1244,49 @@ fn a_batch_that_expands_a_thousandfold_is_encoded_again_in_bounded_memory() {
         assert_eq!(got, want, "{codec:?}");
     }
 }
+
+/// A raw snappy section (librdkafka's) is one block read whole: one that states more than the
+/// engine decompresses at once is refused before anything is allocated for it, naming the
+/// batch's offsets, the size and the bound (the stream then meets it as a send failure).
+#[test]
+fn a_snappy_block_past_the_bound_is_refused_naming_the_offsets_size_and_bound() {
+    let bound = codec::SNAPPY_BLOCK_BOUND;
+    let mut section = Vec::new();
+    let mut n = bound as u64 + 1;
+    while n >= 0x80 {
+        section.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    section.push(n as u8);
+    section.extend([0u8; 32]);
+    let good = Source::new(Compression::Snappy, 700, 3).batch();
+    let mut bytes = good[..HEADER_LEN].to_vec();
+    bytes.extend(section);
+    let length = (bytes.len() - LOG_OVERHEAD) as i32;
+    bytes[LENGTH_AT..PARTITION_LEADER_EPOCH_AT].copy_from_slice(&length.to_be_bytes());
+    let batch = only(with_log_append_time(&Bytes::from(bytes), 1_800_000_000_000));
+    let (result, peak) = heap::peak_during(|| prepare(&batch, 700, UNLIMITED, STAMP));
+    let err = result.unwrap_err();
+    let BatchError::BlockTooLarge {
+        offset,
+        last_offset,
+        size,
+        limit,
+    } = err
+    else {
+        panic!("{err}");
+    };
+    assert_eq!(
+        (offset, last_offset, size, limit),
+        (700, 702, bound + 1, bound)
+    );
+    assert!(peak < MIB, "{peak} bytes allocated");
+    let message = err.to_string();
+    for needle in [
+        "offset 700",
+        &(bound + 1).to_string(),
+        "--abort.on.send.failure",
+    ] {
+        assert!(message.contains(needle), "{needle:?} not in {message}");
+    }
+}
