@@ -174,13 +174,27 @@ fn name_refused_records(out: &OutBatch, message: &str, records: &[RefusedRecord]
 enum Step {
     /// A batch to send.
     Send(Queued),
-    /// A source record that alone makes a batch larger than the target topic takes: a send
-    /// failure, met in order (after every batch before it is acknowledged).
+    /// A source record that alone makes a batch larger than the target topic takes, or the
+    /// records of a batch with a snappy block larger than the engine decompresses at once: a
+    /// send failure, met in order (after every batch before it is acknowledged).
     TooLarge {
         offset: i64,
         size: usize,
         limit: usize,
+        /// What it is about: one record, or the batch's records from `offset` on.
+        of: TooLargeOf,
     },
+}
+
+/// What a [`Step::TooLarge`] refuses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TooLargeOf {
+    /// One record, larger than the target topic's `max.message.bytes` in a batch alone.
+    Record,
+    /// The records of a batch from the step's offset to `last` (`records` of them at most), a
+    /// snappy block of which states more than the engine decompresses at once
+    /// (`BatchError::BlockTooLarge`).
+    SnappyBlock { last: i64, records: u32 },
 }
 
 /// The source records a refusal is about.
@@ -1137,7 +1151,7 @@ impl<'s> BatchStream<'s> {
                         size,
                         limit,
                     }) => match prepare_before(&batch, from, offset, part.max_batch, stamp) {
-                        Ok(outs) => (outs, Some((offset, size, limit))),
+                        Ok(outs) => (outs, Some((offset, size, limit, TooLargeOf::Record))),
                         Err(e) => {
                             self.shared.control.fail(format!(
                                 "stream {}: source {topic}/{partition}: {e}",
@@ -1146,6 +1160,23 @@ impl<'s> BatchStream<'s> {
                             return;
                         }
                     },
+                    // Nothing of the batch can be read past the block: its records from
+                    // `from` on are the send failure.
+                    Err(BatchError::BlockTooLarge {
+                        offset,
+                        last_offset,
+                        size,
+                        limit,
+                    }) => {
+                        let first = from.max(offset);
+                        let span = u32::try_from(last_offset - first + 1).unwrap_or(u32::MAX);
+                        let records = span.min(batch.record_count().max(1) as u32);
+                        let of = TooLargeOf::SnappyBlock {
+                            last: last_offset,
+                            records,
+                        };
+                        (Vec::new(), Some((first, size, limit, of)))
+                    }
                     Err(e) => {
                         self.shared.control.fail(format!(
                             "stream {}: source {topic}/{partition}: {e}",
@@ -1171,16 +1202,21 @@ impl<'s> BatchStream<'s> {
                     }));
                     sequence = super::batch::next_sequence(sequence, records);
                 }
-                let Some((offset, size, limit)) = too_large else {
+                let Some((offset, size, limit, of)) = too_large else {
                     break;
                 };
-                self.count_read((topic, partition), 1, 0);
+                let (records, last) = match of {
+                    TooLargeOf::Record => (1, offset),
+                    TooLargeOf::SnappyBlock { last, records } => (records, last),
+                };
+                self.count_read((topic, partition), u64::from(records), 0);
                 part.queue.push_back(Step::TooLarge {
                     offset,
                     size,
                     limit,
+                    of,
                 });
-                from = offset + 1;
+                from = last + 1;
             }
             part.position = next;
         }
@@ -1200,8 +1236,9 @@ impl<'s> BatchStream<'s> {
                         offset,
                         size,
                         limit,
+                        of,
                     }) => {
-                        self.too_large(key, &part.target_topic, offset, size, limit);
+                        self.too_large(key, &part.target_topic, offset, (size, limit), of);
                         if self.settings.options.abort_on_send_failure {
                             // Nothing after it is sent: the stream stops here.
                             part.queue.clear();
@@ -1750,34 +1787,54 @@ impl<'s> BatchStream<'s> {
         key: &Partition,
         target_topic: &str,
         offset: i64,
-        size: usize,
-        limit: usize,
+        (size, limit): (usize, usize),
+        of: TooLargeOf,
     ) {
         let code = super::wire::error_name(10);
         self.shared.stats.recorded.count_send_error(code.clone());
-        let what = format!(
-            "source {}/{} offset {offset}: the record makes a batch of {size} bytes alone, \
-             larger than target topic {target_topic} partition {} takes (max.message.bytes \
-             {limit}): {code}",
-            key.0, key.1, key.1
-        );
+        let (what, advice, records, last) = match of {
+            TooLargeOf::Record => (
+                format!(
+                    "source {}/{} offset {offset}: the record makes a batch of {size} bytes \
+                     alone, larger than target topic {target_topic} partition {} takes \
+                     (max.message.bytes {limit}): {code}",
+                    key.0, key.1, key.1
+                ),
+                format!(
+                    "raise the target topic's max.message.bytes to at least {size} and restart"
+                ),
+                1,
+                offset,
+            ),
+            TooLargeOf::SnappyBlock { last, records } => (
+                format!(
+                    "source {}/{} offsets {offset} to {last}: a snappy block of their batch \
+                     states {size} bytes uncompressed, more than the batch engine decompresses \
+                     at once ({limit} bytes), so they cannot be encoded again for target topic \
+                     {target_topic} partition {}: {code}",
+                    key.0, key.1, key.1
+                ),
+                "copy this topic with --copy.mode records and restart".to_owned(),
+                records,
+                last,
+            ),
+        };
         let mut tracker = self.shared.tracker();
         // Counted as consumed where it was read.
-        let ticket = tracker.begin_batch(&key.0, key.1, offset, size, 1);
+        let ticket = tracker.begin_batch(&key.0, key.1, offset, size, records);
         if self.settings.options.abort_on_send_failure {
             tracker.fail(ticket);
             drop(tracker);
             self.shared.control.fail(format!(
                 "stream {}: {what}; stopping (--abort.on.send.failure true) with the committed \
-                 offset at {offset}: raise the target topic's max.message.bytes to at least \
-                 {size} and restart",
+                 offset at {offset}: {advice}",
                 self.stream
             ));
         } else {
             tracker.give_up(ticket);
-            tracker.advance_to_position(&key.0, key.1, offset + 1);
+            tracker.advance_to_position(&key.0, key.1, last + 1);
             drop(tracker);
-            Stats::add(&self.shared.stats.dropped, 1);
+            Stats::add(&self.shared.stats.dropped, u64::from(records));
             tracing::warn!(
                 stream = self.stream,
                 "{what}; skipped (--abort.on.send.failure false)"

@@ -21,7 +21,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::records::Compression;
 
 use super::records::Record;
-use super::{decompress, encode, i32_at, i64_at, BatchError, SourceBatch, LOG_OVERHEAD};
+use super::{codec, encode, i32_at, i64_at, BatchError, SourceBatch, LOG_OVERHEAD};
 
 /// Where a legacy message's fields start (after the offset and size, `LOG_OVERHEAD`).
 const CRC_AT: usize = 12;
@@ -34,6 +34,31 @@ const LOG_APPEND_TIME_BIT: u8 = 0x08;
 
 /// A run is cut once its keys and values pass this many bytes (then at the next message).
 const RUN_BYTES: usize = 1 << 20;
+
+/// The most plain bytes a compressed wrapper may hold: its records are read whole (a run
+/// becomes one v2 batch in memory), so a wrapper that expands past this is refused, naming
+/// its offset, as it is read (never decompressed further than this).
+pub(super) const WRAPPER_BOUND: usize = 128 << 20;
+
+/// The records a compressed wrapper holds, decompressed as a stream up to [`WRAPPER_BOUND`].
+fn decompress_wrapper(value: &[u8], compression: Compression) -> Result<Bytes, String> {
+    use std::io::Read as _;
+    let mut plain = Vec::new();
+    codec::reader(value, compression)
+        .and_then(|r| r.take(WRAPPER_BOUND as u64 + 1).read_to_end(&mut plain))
+        .map_err(|e| match codec::BlockTooLarge::of(&e) {
+            Some(refused) => refused.to_string(),
+            None => format!("{e}"),
+        })?;
+    if plain.len() > WRAPPER_BOUND {
+        return Err(format!(
+            "the records it wraps are more than {WRAPPER_BOUND} bytes uncompressed, the most the \
+             batch engine reads of a message of the formats before Kafka 0.11 (copy this topic \
+             with --copy.mode records)"
+        ));
+    }
+    Ok(Bytes::from(plain))
+}
 
 /// The least a message's size field can say: CRC, magic, attributes, (timestamp,) the key's
 /// and the value's lengths.
@@ -165,7 +190,7 @@ fn read_message(message: &Bytes, out: &mut Vec<LegacyRecord>) -> Result<(), Batc
         ))
     })?;
     let value = value.ok_or_else(|| fail("it is compressed but has no value".into()))?;
-    let mut inner = decompress(value, compression).map_err(|e| {
+    let mut inner = decompress_wrapper(&value, compression).map_err(|e| {
         let why = if magic == 0 && compression == Compression::Lz4 {
             " (a v0 lz4 frame, which Kafka writes with Kafka 0.8's wrong header checksum: the \
              batch engine does not read it)"
@@ -173,7 +198,7 @@ fn read_message(message: &Bytes, out: &mut Vec<LegacyRecord>) -> Result<(), Batc
             ""
         };
         fail(format!(
-            "the records it wraps could not be decompressed ({compression:?}){why}: {e:#}"
+            "the records it wraps could not be decompressed ({compression:?}){why}: {e}"
         ))
     })?;
     let mut wrapped = Vec::new();

@@ -21,6 +21,7 @@
 // the tests do. Remove once the engine is merged.
 #![allow(dead_code)]
 
+mod codec;
 mod legacy;
 mod records;
 // Unit tests beside `tests`: [`reencode_tests`], every path that encodes a batch again, on
@@ -30,17 +31,17 @@ mod reencode_tests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::VecDeque;
 use std::ops::Range;
+
+use std::io::Write as _;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use crc32c::crc32c;
-use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
 use kafka_protocol::records::{
     Compression, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
 };
 
-use records::{Record, Section};
+use records::{Head, Record, Section, Stream, StreamError};
 
 // Where each field of a v2 record batch header starts (Kafka's `DefaultRecordBatch`). The
 // only place the layout is written down.
@@ -187,6 +188,19 @@ pub(crate) enum BatchError {
     )]
     RecordTooLarge {
         offset: i64,
+        size: usize,
+        limit: usize,
+    },
+    #[error(
+        "the record batch at offset {offset} (to offset {last_offset}) cannot be encoded again: \
+         a snappy block of its records section states {size} bytes uncompressed, more than the \
+         {limit} bytes the batch engine decompresses at once (raw snappy, as librdkafka writes \
+         it, is one block): its records are a send failure; copy this topic with --copy.mode \
+         records, or skip them with --abort.on.send.failure false"
+    )]
+    BlockTooLarge {
+        offset: i64,
+        last_offset: i64,
         size: usize,
         limit: usize,
     },
@@ -707,85 +721,28 @@ fn copy(batch: &SourceBatch, stamp: Stamp) -> OutBatch {
     }
 }
 
-/// The records section decompressed with the crate's codecs.
-fn decompress(mut body: Bytes, compression: Compression) -> anyhow::Result<Bytes> {
-    let keep = |plain: &mut Bytes| Ok(plain.clone());
-    match compression {
-        Compression::None => Ok(body),
-        Compression::Gzip => <Gzip as Decompressor<Bytes>>::decompress(&mut body, keep),
-        Compression::Snappy => <Snappy as Decompressor<Bytes>>::decompress(&mut body, keep),
-        Compression::Lz4 => <Lz4 as Decompressor<Bytes>>::decompress(&mut body, keep),
-        Compression::Zstd => <Zstd as Decompressor<Bytes>>::decompress(&mut body, keep),
-    }
+/// The records section decompressed whole (the tests' judge, never the engine's path: the
+/// engine reads a section as a stream, [`encode_again`]).
+#[cfg(test)]
+fn decompress(body: Bytes, compression: Compression) -> anyhow::Result<Bytes> {
+    use std::io::Read as _;
+    let mut plain = Vec::new();
+    codec::reader(&body, compression)?.read_to_end(&mut plain)?;
+    Ok(Bytes::from(plain))
 }
 
-/// The records section compressed with the crate's codecs, the records written into it by
-/// `write` (no copy of the uncompressed section for `None`).
+/// The records section compressed whole, the records written into it by `write`: for what is
+/// in memory already and small (a legacy run's batch, the tests' batches).
 fn compress(
     compression: Compression,
     write: impl FnOnce(&mut BytesMut),
 ) -> anyhow::Result<BytesMut> {
-    let mut out = BytesMut::new();
-    let put = |buf: &mut BytesMut| {
-        write(buf);
-        Ok(())
-    };
-    match compression {
-        Compression::None => put(&mut out)?,
-        Compression::Gzip => <Gzip as Compressor<BytesMut>>::compress(&mut out, put)?,
-        Compression::Snappy => <Snappy as Compressor<BytesMut>>::compress(&mut out, put)?,
-        Compression::Lz4 => <Lz4 as Compressor<BytesMut>>::compress(&mut out, put)?,
-        Compression::Zstd => <Zstd as Compressor<BytesMut>>::compress(&mut out, put)?,
+    let mut plain = BytesMut::new();
+    write(&mut plain);
+    if compression == Compression::None {
+        return Ok(plain);
     }
-    Ok(out)
-}
-
-/// The batch's records as bytes ([`records::read`]: every header in order, repeats kept, a
-/// name that is not UTF-8 as it is), and the length of its records section decompressed.
-fn decode(batch: &SourceBatch) -> Result<(Vec<Record>, usize), BatchError> {
-    let offset = batch.base_offset();
-    let plain = decompress(batch.bytes.slice(HEADER_LEN..), batch.compression()).map_err(|e| {
-        BatchError::Decode {
-            offset,
-            reason: format!(
-                "its records section could not be decompressed ({:?}): {e:#}",
-                batch.compression()
-            ),
-        }
-    })?;
-    let section = Section {
-        base_offset: offset,
-        last_offset_delta: batch.last_offset_delta(),
-        base_timestamp: batch.base_timestamp(),
-        append_time: batch.log_append_time().then(|| batch.max_timestamp()),
-        record_count: batch.record_count(),
-    };
-    let records = records::read(&plain, section).map_err(|e| BatchError::Decode {
-        offset,
-        reason: e.to_string(),
-    })?;
-    Ok((records, plain.len()))
-}
-
-/// The records in runs whose estimated batch fits `budget` (a first guess: a run whose
-/// batch comes out larger is halved).
-fn runs(records: &[Record], budget: usize) -> VecDeque<Range<usize>> {
-    let mut out = VecDeque::new();
-    let mut begin = 0;
-    let mut used: usize = 0;
-    for (i, record) in records.iter().enumerate() {
-        let size = record.size_bound();
-        if i > begin && used.saturating_add(size) > budget {
-            out.push_back(begin..i);
-            begin = i;
-            used = 0;
-        }
-        used = used.saturating_add(size);
-    }
-    if begin < records.len() {
-        out.push_back(begin..records.len());
-    }
-    out
+    Ok(BytesMut::from(&codec::compress(compression, &plain)?[..]))
 }
 
 /// An encoded batch: its header (no producer, CreateTime, CRC-32C computed) and its records
@@ -802,11 +759,59 @@ impl Encoded {
     }
 }
 
+/// What a batch header says besides its records section.
+struct HeaderFields {
+    base_offset: i64,
+    compression: Compression,
+    last_offset_delta: i32,
+    base_timestamp: i64,
+    max_timestamp: i64,
+    count: i32,
+}
+
+/// A v2 batch of `fields` around `body`, as Kafka's `DefaultRecordBatch` lays it out: no
+/// partition leader epoch, no producer, CreateTime. `offset` names the records in an error.
+fn encoded(fields: HeaderFields, body: Bytes, offset: i64) -> Result<Encoded, BatchError> {
+    let length =
+        i32::try_from(HEADER_LEN - LOG_OVERHEAD + body.len()).map_err(|_| BatchError::Encode {
+            offset,
+            reason: format!(
+                "a records section of {} bytes is too large for a batch",
+                body.len()
+            ),
+        })?;
+    let mut header = [0u8; HEADER_LEN];
+    header[BASE_OFFSET_AT..LENGTH_AT].copy_from_slice(&fields.base_offset.to_be_bytes());
+    header[LENGTH_AT..PARTITION_LEADER_EPOCH_AT].copy_from_slice(&length.to_be_bytes());
+    header[PARTITION_LEADER_EPOCH_AT..MAGIC_AT]
+        .copy_from_slice(&NO_PARTITION_LEADER_EPOCH.to_be_bytes());
+    header[MAGIC_AT] = MAGIC_V2 as u8;
+    header[ATTRIBUTES_AT..LAST_OFFSET_DELTA_AT]
+        .copy_from_slice(&(fields.compression as i16).to_be_bytes());
+    header[LAST_OFFSET_DELTA_AT..BASE_TIMESTAMP_AT]
+        .copy_from_slice(&fields.last_offset_delta.to_be_bytes());
+    header[BASE_TIMESTAMP_AT..MAX_TIMESTAMP_AT]
+        .copy_from_slice(&fields.base_timestamp.to_be_bytes());
+    header[MAX_TIMESTAMP_AT..PRODUCER_ID_AT].copy_from_slice(&fields.max_timestamp.to_be_bytes());
+    header[PRODUCER_ID_AT..PRODUCER_EPOCH_AT].copy_from_slice(&NO_PRODUCER_ID.to_be_bytes());
+    header[PRODUCER_EPOCH_AT..BASE_SEQUENCE_AT].copy_from_slice(&NO_PRODUCER_EPOCH.to_be_bytes());
+    header[BASE_SEQUENCE_AT..RECORD_COUNT_AT].copy_from_slice(&NO_SEQUENCE.to_be_bytes());
+    header[RECORD_COUNT_AT..HEADER_LEN].copy_from_slice(&fields.count.to_be_bytes());
+    let body_crc = crc32c(&body);
+    let crc = crc_combine(crc32c(&header[ATTRIBUTES_AT..]), body_crc, body.len());
+    header[CRC_AT..ATTRIBUTES_AT].copy_from_slice(&crc.to_be_bytes());
+    Ok(Encoded {
+        header,
+        body,
+        body_crc,
+    })
+}
+
 /// One v2 batch of `records` (at least one, at increasing offsets within an int32 of the
-/// first's, checked) in `compression`, as Kafka's `DefaultRecordBatch` lays it out: base offset
-/// the first record's, each record's fields as it holds them (`records::write`), base
-/// timestamp the least of the records', max timestamp the greatest, no partition leader
-/// epoch, no producer. `offset` names the records at fault in an error.
+/// first's, checked) in `compression`, made in memory: a legacy run's records, read already.
+/// Base offset the first record's, each record's fields as it holds them (`records::write`),
+/// base timestamp the least of the records', max timestamp the greatest. `offset` names the
+/// records at fault in an error.
 fn encode(
     records: &[Record],
     compression: Compression,
@@ -851,37 +856,15 @@ fn encode(
     })
     .map_err(|e| failed(format!("compressing the records ({compression:?}): {e:#}")))?
     .freeze();
-    let length = i32::try_from(HEADER_LEN - LOG_OVERHEAD + body.len()).map_err(|_| {
-        failed(format!(
-            "a records section of {} bytes is too large for a batch",
-            body.len()
-        ))
-    })?;
-    let mut header = [0u8; HEADER_LEN];
-    header[BASE_OFFSET_AT..LENGTH_AT].copy_from_slice(&base_offset.to_be_bytes());
-    header[LENGTH_AT..PARTITION_LEADER_EPOCH_AT].copy_from_slice(&length.to_be_bytes());
-    header[PARTITION_LEADER_EPOCH_AT..MAGIC_AT]
-        .copy_from_slice(&NO_PARTITION_LEADER_EPOCH.to_be_bytes());
-    header[MAGIC_AT] = MAGIC_V2 as u8;
-    header[ATTRIBUTES_AT..LAST_OFFSET_DELTA_AT]
-        .copy_from_slice(&(compression as i16).to_be_bytes());
-    let last_offset_delta = deltas.last().copied().unwrap_or_default();
-    header[LAST_OFFSET_DELTA_AT..BASE_TIMESTAMP_AT]
-        .copy_from_slice(&last_offset_delta.to_be_bytes());
-    header[BASE_TIMESTAMP_AT..MAX_TIMESTAMP_AT].copy_from_slice(&base_timestamp.to_be_bytes());
-    header[MAX_TIMESTAMP_AT..PRODUCER_ID_AT].copy_from_slice(&max_timestamp.to_be_bytes());
-    header[PRODUCER_ID_AT..PRODUCER_EPOCH_AT].copy_from_slice(&NO_PRODUCER_ID.to_be_bytes());
-    header[PRODUCER_EPOCH_AT..BASE_SEQUENCE_AT].copy_from_slice(&NO_PRODUCER_EPOCH.to_be_bytes());
-    header[BASE_SEQUENCE_AT..RECORD_COUNT_AT].copy_from_slice(&NO_SEQUENCE.to_be_bytes());
-    header[RECORD_COUNT_AT..HEADER_LEN].copy_from_slice(&count.to_be_bytes());
-    let body_crc = crc32c(&body);
-    let crc = crc_combine(crc32c(&header[ATTRIBUTES_AT..]), body_crc, body.len());
-    header[CRC_AT..ATTRIBUTES_AT].copy_from_slice(&crc.to_be_bytes());
-    Ok(Encoded {
-        header,
-        body,
-        body_crc,
-    })
+    let fields = HeaderFields {
+        base_offset,
+        compression,
+        last_offset_delta: deltas.last().copied().unwrap_or_default(),
+        base_timestamp,
+        max_timestamp,
+        count,
+    };
+    encoded(fields, body, offset)
 }
 
 /// The re-encode path: the records in `range`, offsets contiguous from 0, timestamps as the
@@ -894,10 +877,20 @@ fn reencode(
     max_bytes: usize,
     stamp: Stamp,
 ) -> Result<Vec<OutBatch>, BatchError> {
-    let (mut records, plain_len) = decode(batch)?;
-    records.retain(|r| range.contains(&r.offset));
-    let sources: Vec<i64> = records.iter().map(|r| r.offset).collect();
-    encode_again(batch, records, &sources, plain_len, max_bytes, stamp)
+    encode_again(
+        batch,
+        |head| {
+            if head.offset >= range.end {
+                Keep::Stop
+            } else if head.offset < range.start {
+                Keep::Skip
+            } else {
+                Keep::As(head.offset)
+            }
+        },
+        max_bytes,
+        stamp,
+    )
 }
 
 /// `out` without its records at `refused` (their indexes in it, as a Produce answer names the
@@ -912,75 +905,172 @@ pub(crate) fn without(
 ) -> Result<Vec<OutBatch>, BatchError> {
     // `out` is a whole batch of its own (base offset 0, its records' offsets their indexes).
     let batch = SourceBatch::new(out.to_bytes())?;
-    let (records, plain_len) = decode(&batch)?;
-    let mut kept = Vec::with_capacity(records.len());
-    let mut sources = Vec::with_capacity(records.len());
-    for (i, record) in records.into_iter().enumerate() {
-        if !refused.contains(&i) {
-            sources.push(out.source_offset(i));
-            kept.push(record);
-        }
-    }
-    encode_again(&batch, kept, &sources, plain_len, max_bytes, stamp)
+    encode_again(
+        &batch,
+        |head| {
+            if refused.contains(&head.index) {
+                Keep::Skip
+            } else {
+                Keep::As(out.source_offset(head.index))
+            }
+        },
+        max_bytes,
+        stamp,
+    )
 }
 
-/// `records` of `batch` (their source offsets `sources`; `plain_len` the bytes of the batch's
-/// records section uncompressed) in batches of at most `max_bytes`: see [`reencode`]. Their
-/// timestamps are the ones a consumer reads (`records::read` gave a LogAppendTime batch's
-/// records its append time).
-fn encode_again(
-    batch: &SourceBatch,
-    mut records: Vec<Record>,
-    sources: &[i64],
-    plain_len: usize,
-    max_bytes: usize,
-    stamp: Stamp,
-) -> Result<Vec<OutBatch>, BatchError> {
-    if records.is_empty() {
-        return Ok(Vec::new());
+/// What [`encode_again`] does with a record.
+enum Keep {
+    /// Sends it, under this source offset.
+    As(i64),
+    /// Reads past it.
+    Skip,
+    /// Stops before it: nothing from it on is sent.
+    Stop,
+}
+
+/// A compressed section's worst growth for `plain` more bytes, and a codec's trailer: more
+/// than any of the five codecs can add (snappy's `32 + n + n/6` per block, and a block length
+/// each 32 KiB, the most).
+fn worst_growth(plain: usize) -> usize {
+    plain.saturating_add(plain / 4).saturating_add(256)
+}
+
+/// An outgoing batch being written: its records compressed as they come.
+struct Building {
+    encoder: codec::Encoder,
+    compression: Compression,
+    base_timestamp: i64,
+    max_timestamp: i64,
+    count: i32,
+    first_source: i64,
+    last_source: i64,
+    /// The source offset of each record, once they are not contiguous.
+    sources: Option<Vec<i64>>,
+    /// Plain bytes written since the encoder's output was last exact (a flush).
+    pending: usize,
+}
+
+impl Building {
+    fn new(compression: Compression, base_timestamp: i64, room: usize) -> std::io::Result<Self> {
+        Ok(Self {
+            encoder: codec::Encoder::new(compression, codec::Sink::new(room))?,
+            compression,
+            base_timestamp,
+            max_timestamp: base_timestamp,
+            count: 0,
+            first_source: 0,
+            last_source: 0,
+            sources: None,
+            pending: 0,
+        })
     }
-    // Contiguous offsets (the source's are in `sources`): each batch's records count from its
-    // first, whose offset the stamp makes its base offset 0.
-    for (i, record) in records.iter_mut().enumerate() {
-        record.offset = i as i64;
+
+    /// The bytes `head` takes as this batch's next record.
+    fn len_of(&self, head: &Head) -> usize {
+        records::record_len(
+            head.timestamp.wrapping_sub(self.base_timestamp),
+            self.count,
+            head.rest,
+        )
     }
-    let compression = batch.compression();
-    let room = max_bytes.saturating_sub(HEADER_LEN);
-    let budget = if batch.size() <= max_bytes {
-        usize::MAX
-    } else if compression == Compression::None {
-        room
-    } else {
-        // Compressed: aim at the source's ratio, with a tenth to spare.
-        let ratio = (batch.size() - HEADER_LEN) as f64 / plain_len.max(1) as f64;
-        (room as f64 / ratio.min(1.0) * 0.9) as usize
-    };
-    let mut queue = runs(&records, budget);
-    let mut out = Vec::with_capacity(queue.len());
-    let mut sequence = stamp.base_sequence;
-    while let Some(run) = queue.pop_front() {
-        let first = run.start;
-        let encoded = encode(&records[run.clone()], compression, sources[first])?;
-        if encoded.size() > max_bytes {
-            if run.len() == 1 {
+
+    /// Whether a record of `len` plain bytes surely fits `room` after what is written: from a
+    /// bound of what the codec may still add, then, when that is in doubt, from the exact
+    /// size after a flush (a flush costs a codec a few bytes, so only near the limit; a
+    /// batch within 1/32 of it is full).
+    fn has_room(&mut self, len: usize, room: usize) -> std::io::Result<bool> {
+        if self.compression == Compression::None {
+            return Ok(self.encoder.written().saturating_add(len) <= room);
+        }
+        if self
+            .encoder
+            .written()
+            .saturating_add(worst_growth(self.pending.saturating_add(len)))
+            <= room
+        {
+            return Ok(true);
+        }
+        self.encoder.flush()?;
+        self.pending = 0;
+        let written = self.encoder.written();
+        Ok(written.saturating_add(worst_growth(len)) <= room && room - written >= room / 32)
+    }
+
+    /// Writes the record `head` (its front anew, the rest copied from `stream`) as this
+    /// batch's next, from source offset `source`.
+    fn put<R: std::io::BufRead>(
+        &mut self,
+        head: &Head,
+        source: i64,
+        stream: &mut Stream<R>,
+    ) -> Result<(), StreamError> {
+        let timestamp_delta = head.timestamp.wrapping_sub(self.base_timestamp);
+        records::put_head(&mut self.encoder, timestamp_delta, self.count, head.rest)
+            .map_err(StreamError::Write)?;
+        stream.copy_rest(head, Some(&mut self.encoder))?;
+        self.pending = self.pending.saturating_add(records::record_len(
+            timestamp_delta,
+            self.count,
+            head.rest,
+        ));
+        self.max_timestamp = self.max_timestamp.max(head.timestamp);
+        if self.count == 0 {
+            self.first_source = source;
+        } else {
+            if self.sources.is_none() && source != self.last_source.wrapping_add(1) {
+                self.sources = Some((self.first_source..=self.last_source).collect());
+            }
+            if let Some(sources) = &mut self.sources {
+                sources.push(source);
+            }
+        }
+        self.last_source = source;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// The batch, stamped with `stamp` at `sequence`; a lone record whose batch is larger than
+    /// `max_bytes` is [`BatchError::RecordTooLarge`].
+    fn finish(self, stamp: Stamp, sequence: i32, max_bytes: usize) -> Result<OutBatch, BatchError> {
+        let offset = self.first_source;
+        let failed = |reason: String| BatchError::Encode { offset, reason };
+        let compression = self.compression;
+        let sink = self
+            .encoder
+            .finish()
+            .map_err(|e| failed(format!("compressing the records ({compression:?}): {e}")))?;
+        let size = HEADER_LEN.saturating_add(sink.len());
+        if size > max_bytes {
+            if self.count == 1 {
                 return Err(BatchError::RecordTooLarge {
-                    offset: sources[first],
-                    size: encoded.size(),
+                    offset,
+                    size,
                     limit: max_bytes,
                 });
             }
-            let mid = run.start + run.len() / 2;
-            queue.push_front(mid..run.end);
-            queue.push_front(run.start..mid);
-            continue;
+            return Err(failed(format!(
+                "{} records came to a batch of {size} bytes, above the limit of {max_bytes} \
+                 (a defect of the batch engine: report it)",
+                self.count
+            )));
         }
-        let offsets = &sources[run.clone()];
-        let contiguous = offsets[offsets.len() - 1] - offsets[0] + 1 == offsets.len() as i64;
+        let body = sink
+            .into_bytes()
+            .ok_or_else(|| failed("the compressed records passed their bound".to_owned()))?;
+        let fields = HeaderFields {
+            base_offset: 0,
+            compression,
+            last_offset_delta: self.count - 1,
+            base_timestamp: self.base_timestamp,
+            max_timestamp: self.max_timestamp,
+            count: self.count,
+        };
         let Encoded {
             mut header,
             body,
             body_crc,
-        } = encoded;
+        } = encoded(fields, Bytes::from(body), offset)?;
         let attributes = i16_at(&header, ATTRIBUTES_AT);
         stamp_header(
             &mut header,
@@ -992,17 +1082,122 @@ fn encode_again(
             body_crc,
             body.len(),
         );
-        out.push(OutBatch {
+        Ok(OutBatch {
             header,
             body,
-            records: run.len() as i32,
-            first_source_offset: offsets[0],
-            last_source_offset: offsets[offsets.len() - 1],
-            source_offsets: (!contiguous).then(|| offsets.to_vec()),
+            records: self.count,
+            first_source_offset: self.first_source,
+            last_source_offset: self.last_source,
+            source_offsets: self.sources,
             reencoded: true,
             body_crc,
-        });
-        sequence = next_sequence(sequence, run.len() as i32);
+        })
+    }
+}
+
+/// The records of `batch` that `keep` keeps, under the source offsets it gives, in batches of
+/// at most `max_bytes`, sequences from `stamp.base_sequence` on: see [`reencode`].
+///
+/// As a stream, record by record: the records section is read through its decompressor and
+/// each kept record written into the compressor of the batch it goes to, its front (size,
+/// timestamp and offset deltas) anew and the rest (key, value, headers) copied as it passes.
+/// What is held: the source batch (compressed, as it came), the outgoing batches (compressed),
+/// and the codecs' own windows; never a record whole, so a batch that expands a thousandfold
+/// costs what it costs compressed. A batch takes records while they surely fit (a bound of
+/// what its codec may add, checked by a flush near the limit), so none is encoded twice; a
+/// record that alone makes a batch larger than `max_bytes` is [`BatchError::RecordTooLarge`].
+/// Each batch's base timestamp is its first record's, as Kafka's `MemoryRecordsBuilder` sets
+/// it (a later record's delta may be negative).
+fn encode_again(
+    batch: &SourceBatch,
+    mut keep: impl FnMut(&Head) -> Keep,
+    max_bytes: usize,
+    stamp: Stamp,
+) -> Result<Vec<OutBatch>, BatchError> {
+    let offset = batch.base_offset();
+    let compression = batch.compression();
+    let failed = |e: StreamError| match e {
+        StreamError::Malformed(e) => BatchError::Decode {
+            offset,
+            reason: e.to_string(),
+        },
+        StreamError::Read(e) => match codec::BlockTooLarge::of(&e) {
+            Some(refused) => BatchError::BlockTooLarge {
+                offset,
+                last_offset: batch.last_offset(),
+                size: refused.size,
+                limit: refused.limit,
+            },
+            None => BatchError::Decode {
+                offset,
+                reason: format!(
+                    "its records section could not be decompressed ({compression:?}): {e}"
+                ),
+            },
+        },
+        StreamError::Write(e) => BatchError::Encode {
+            offset,
+            reason: format!("compressing the records ({compression:?}): {e}"),
+        },
+    };
+    let body = &batch.bytes[HEADER_LEN..];
+    let src = codec::reader(body, compression).map_err(|e| failed(StreamError::Read(e)))?;
+    let section = Section {
+        base_offset: offset,
+        last_offset_delta: batch.last_offset_delta(),
+        base_timestamp: batch.base_timestamp(),
+        append_time: batch.log_append_time().then(|| batch.max_timestamp()),
+        record_count: batch.record_count(),
+    };
+    let plain_len = (compression == Compression::None).then_some(body.len());
+    let mut stream = Stream::new(src, section, plain_len).map_err(|e| failed(e.into()))?;
+    let room = max_bytes.saturating_sub(HEADER_LEN);
+    let mut out = Vec::new();
+    let mut sequence = stamp.base_sequence;
+    let mut building: Option<Building> = None;
+    let mut stopped = false;
+    while let Some(head) = stream.next_head().map_err(failed)? {
+        let source = match keep(&head) {
+            Keep::As(source) => source,
+            Keep::Skip => {
+                stream.copy_rest(&head, None).map_err(failed)?;
+                continue;
+            }
+            Keep::Stop => {
+                stopped = true;
+                break;
+            }
+        };
+        if let Some(b) = &mut building {
+            let len = b.len_of(&head);
+            let fits = b
+                .has_room(len, room)
+                .map_err(|e| failed(StreamError::Write(e)))?;
+            if !fits {
+                let done = building
+                    .take()
+                    .map(|b| b.finish(stamp, sequence, max_bytes));
+                if let Some(done) = done {
+                    let done = done?;
+                    sequence = next_sequence(sequence, done.records);
+                    out.push(done);
+                }
+            }
+        }
+        let b = match &mut building {
+            Some(b) => b,
+            None => building.insert(
+                Building::new(compression, head.timestamp, room)
+                    .map_err(|e| failed(StreamError::Write(e)))?,
+            ),
+        };
+        b.put(&head, source, &mut stream).map_err(failed)?;
+    }
+    if !stopped {
+        stream.finish().map_err(failed)?;
+    }
+    if let Some(b) = building {
+        out.push(b.finish(stamp, sequence, max_bytes)?);
     }
     Ok(out)
 }

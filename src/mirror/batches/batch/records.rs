@@ -1,8 +1,13 @@
 //! The records section of a v2 batch (Kafka's `DefaultRecord`), read and written as bytes:
-//! keys, values, header names and header values are slices of the section, headers a list in
-//! the order they came, a name repeated as often as it is, a name that is not UTF-8 as it is.
-//! The `kafka-protocol` crate's `Record` keeps header names as strings in a map, which a
+//! a record's key, value, header names and header values pass as the bytes they are, headers
+//! in the order they came, a name repeated as often as it is, a name that is not UTF-8 as it
+//! is. The `kafka-protocol` crate's `Record` keeps header names as strings in a map, which a
 //! mirror cannot use: it would refuse the one and drop the other.
+//!
+//! A section is read as a stream ([`Stream`]), one record after another from a decompressor:
+//! only a record's front (size, timestamp and offset deltas) is decoded, and the rest of it
+//! (key, value, headers), which is the same in the batch encoded again, is checked as it is
+//! copied to the compressor ([`Stream::copy_rest`]), so no record is ever held whole.
 //!
 //! A record: its size (varint, of what follows), attributes (int8, unused), timestamp delta
 //! (varlong, from the batch's base timestamp), offset delta (varint, from the batch's base
@@ -10,8 +15,10 @@
 //! count (varint), and each header's name (varint length, then the bytes; never null) and
 //! value (as a key).
 //!
-//! Reading trusts no length or count: each is checked against the bytes left before anything
-//! is sized by it, so a count of 2^31 allocates nothing, and no input makes it panic.
+//! Reading trusts no length or count: each is checked against the bytes its record has left,
+//! nothing is sized by one, and no input makes it panic.
+
+use std::io::{self, BufRead, Write};
 
 use bytes::{BufMut, Bytes};
 
@@ -132,28 +139,141 @@ pub(crate) enum ReadError {
         previous: i64,
         last: i32,
     },
-    #[error("{extra} bytes follow its last record")]
+    #[error(
+        "its header counts {count} records, and its records section ends after {found} of them"
+    )]
+    CountBeyondRecords { count: i32, found: usize },
+    #[error("{extra} bytes or more follow its last record")]
     Trailing { extra: usize },
 }
 
-/// A cursor over a records section: every read checked against the bytes left.
-struct Cursor<'a> {
-    rest: &'a [u8],
+/// Why a records section read as a stream stops: the section is malformed, the stream
+/// could not be read (decompression), or the record could not be written where it is copied.
+#[derive(Debug)]
+pub(crate) enum StreamError {
+    Malformed(ReadError),
+    Read(io::Error),
+    Write(io::Error),
 }
 
-impl<'a> Cursor<'a> {
-    fn byte(&mut self) -> Option<u8> {
-        let (&b, rest) = self.rest.split_first()?;
-        self.rest = rest;
-        Some(b)
+impl From<ReadError> for StreamError {
+    fn from(e: ReadError) -> Self {
+        Self::Malformed(e)
+    }
+}
+
+/// The front of a record read from a [`Stream`]: where it is and when, and how many bytes
+/// follow (key, value, headers), which [`Stream::copy_rest`] reads (or copies) next.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Head {
+    /// Its place in the batch, from 0.
+    pub(crate) index: usize,
+    /// The batch's base offset plus its offset delta.
+    pub(crate) offset: i64,
+    /// Its timestamp: the batch's base timestamp plus its delta, or the batch's max timestamp
+    /// under LogAppendTime.
+    pub(crate) timestamp: i64,
+    /// The bytes after its offset delta: key, value, header count and headers.
+    pub(crate) rest: usize,
+    /// The size its record says (of what follows the size).
+    size: usize,
+}
+
+/// The records of a records section read one after another from its plain bytes (a
+/// decompressor's stream): never more than a byte of it held here, the fields of each record
+/// checked as they pass, every length and count against the bytes its record has left.
+pub(crate) struct Stream<R: BufRead> {
+    src: R,
+    batch: Section,
+    /// The next record's place.
+    index: usize,
+    /// The offset delta of the record before.
+    previous: i64,
+    /// The size the current record says, and the bytes it has left.
+    size: usize,
+    left: usize,
+}
+
+impl<R: BufRead> Stream<R> {
+    /// The records of `src`, a records section of `batch`; `plain_len`, when known (an
+    /// uncompressed section), checks the record count against it at once.
+    pub(crate) fn new(src: R, batch: Section, plain_len: Option<usize>) -> Result<Self, ReadError> {
+        if let Some(len) = plain_len {
+            let most = len / LEAST_RECORD;
+            if usize::try_from(batch.record_count).unwrap_or(0) > most {
+                return Err(ReadError::CountBeyondBytes {
+                    count: batch.record_count,
+                    bytes: len,
+                    most,
+                });
+            }
+        }
+        Ok(Self {
+            src,
+            batch,
+            index: 0,
+            previous: -1,
+            size: 0,
+            left: 0,
+        })
     }
 
-    /// An unsigned varint of at most `max` bytes, its bits past 64 dropped as Kafka's
-    /// `ByteUtils` drops them. `Err(true)`: longer than `max`; `Err(false)`: cut short.
-    fn raw_varint(&mut self, max: usize) -> Result<u64, bool> {
+    /// The next byte of the section; `None` at its end.
+    fn next_byte(&mut self) -> Result<Option<u8>, StreamError> {
+        let buf = loop {
+            match self.src.fill_buf() {
+                Ok(buf) => break buf,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(StreamError::Read(e)),
+            }
+        };
+        let Some(&b) = buf.first() else {
+            return Ok(None);
+        };
+        self.src.consume(1);
+        Ok(Some(b))
+    }
+
+    fn cut(&self, field: &'static str) -> ReadError {
+        ReadError::Truncated {
+            index: self.index,
+            count: self.batch.record_count,
+            field,
+        }
+    }
+
+    /// The next byte of the current record, copied to `out`.
+    fn body_byte(
+        &mut self,
+        field: &'static str,
+        out: &mut Option<&mut dyn Write>,
+    ) -> Result<u8, StreamError> {
+        if self.left == 0 {
+            return Err(self.cut(field).into());
+        }
+        let b = self.next_byte()?.ok_or(ReadError::SizeBeyondBytes {
+            index: self.index,
+            size: self.size as i64,
+            left: self.size - self.left,
+        })?;
+        self.left -= 1;
+        if let Some(out) = out {
+            out.write_all(&[b]).map_err(StreamError::Write)?;
+        }
+        Ok(b)
+    }
+
+    /// An unsigned varint of at most `max` bytes of the current record, its bits past 64
+    /// dropped as Kafka's `ByteUtils` drops them.
+    fn raw(
+        &mut self,
+        field: &'static str,
+        max: usize,
+        out: &mut Option<&mut dyn Write>,
+    ) -> Result<u64, StreamError> {
         let mut value: u64 = 0;
         for i in 0..max {
-            let byte = self.byte().ok_or(false)?;
+            let byte = self.body_byte(field, out)?;
             value |= u64::from(byte & 0x7f)
                 .checked_shl(7 * i as u32)
                 .unwrap_or(0);
@@ -161,153 +281,116 @@ impl<'a> Cursor<'a> {
                 return Ok(value);
             }
         }
-        Err(true)
-    }
-
-    fn take(&mut self, len: usize) -> Option<&'a [u8]> {
-        if len > self.rest.len() {
-            return None;
+        Err(ReadError::VarintTooLong {
+            index: self.index,
+            field,
+            max,
         }
-        let (taken, rest) = self.rest.split_at(len);
-        self.rest = rest;
-        Some(taken)
+        .into())
     }
-}
 
-/// Reads one record's fields, naming its place (`index` of `count`) when it goes wrong.
-struct RecordReader<'a, 'c> {
-    cursor: &'c mut Cursor<'a>,
-    index: usize,
-    count: i32,
-}
-
-impl RecordReader<'_, '_> {
-    fn varint(&mut self, field: &'static str) -> Result<i32, ReadError> {
+    fn varint(
+        &mut self,
+        field: &'static str,
+        out: &mut Option<&mut dyn Write>,
+    ) -> Result<i32, StreamError> {
         // Kafka's `readVarint`: 5 bytes at most, the low 32 bits, zigzag.
-        let raw = self.raw(field, 5)? as u32;
+        let raw = self.raw(field, 5, out)? as u32;
         Ok((raw >> 1) as i32 ^ -((raw & 1) as i32))
     }
 
-    fn varlong(&mut self, field: &'static str) -> Result<i64, ReadError> {
-        let raw = self.raw(field, 10)?;
+    fn varlong(
+        &mut self,
+        field: &'static str,
+        out: &mut Option<&mut dyn Write>,
+    ) -> Result<i64, StreamError> {
+        let raw = self.raw(field, 10, out)?;
         Ok((raw >> 1) as i64 ^ -((raw & 1) as i64))
     }
 
-    fn raw(&mut self, field: &'static str, max: usize) -> Result<u64, ReadError> {
-        self.cursor.raw_varint(max).map_err(|too_long| {
-            if too_long {
-                ReadError::VarintTooLong {
-                    index: self.index,
-                    field,
-                    max,
+    /// The front of the next record, up to its offset delta; `None` after the last one the
+    /// batch counts. Its [`Stream::copy_rest`] must be called before the next.
+    pub(crate) fn next_head(&mut self) -> Result<Option<Head>, StreamError> {
+        let count = usize::try_from(self.batch.record_count).unwrap_or(0);
+        if self.index >= count {
+            return Ok(None);
+        }
+        // The size varint, read before the record's bytes are counted.
+        let mut raw: u64 = 0;
+        let mut i = 0;
+        loop {
+            let Some(byte) = self.next_byte()? else {
+                return Err(if i == 0 {
+                    ReadError::CountBeyondRecords {
+                        count: self.batch.record_count,
+                        found: self.index,
+                    }
+                } else {
+                    self.cut("size")
                 }
-            } else {
-                self.truncated(field)
+                .into());
+            };
+            raw |= u64::from(byte & 0x7f) << (7 * i);
+            i += 1;
+            if byte & 0x80 == 0 {
+                break;
             }
-        })
-    }
-
-    fn truncated(&self, field: &'static str) -> ReadError {
-        ReadError::Truncated {
+            if i == 5 {
+                return Err(ReadError::VarintTooLong {
+                    index: self.index,
+                    field: "size",
+                    max: 5,
+                }
+                .into());
+            }
+        }
+        let raw = raw as u32;
+        let size = (raw >> 1) as i32 ^ -((raw & 1) as i32);
+        let size = usize::try_from(size).map_err(|_| ReadError::SizeBeyondBytes {
             index: self.index,
-            count: self.count,
-            field,
-        }
-    }
-}
-
-/// A length-prefixed field (a negative length is null, as Kafka's `DefaultRecord.readFrom`
-/// reads it) as a slice of `whole`.
-fn field(
-    reader: &mut RecordReader<'_, '_>,
-    whole: &Bytes,
-    offset: i64,
-    name: &'static str,
-) -> Result<Option<Bytes>, ReadError> {
-    let len = reader.varint(name)?;
-    if len < 0 {
-        return Ok(None);
-    }
-    slice(reader, whole, (offset, name), len).map(Some)
-}
-
-/// The next `len` bytes (not negative) as a slice of `whole`, `len` checked against the
-/// bytes left.
-fn slice(
-    reader: &mut RecordReader<'_, '_>,
-    whole: &Bytes,
-    (offset, name): (i64, &'static str),
-    len: i32,
-) -> Result<Bytes, ReadError> {
-    let left = reader.cursor.rest.len();
-    let bytes = usize::try_from(len)
-        .ok()
-        .and_then(|len| reader.cursor.take(len))
-        .ok_or(ReadError::FieldBeyondBytes {
-            offset,
-            field: name,
-            len: i64::from(len),
-            left,
+            size: i64::from(size),
+            left: 0,
         })?;
-    Ok(whole.slice_ref(bytes))
-}
-
-/// The records of an uncompressed records section, each field a slice of `section`.
-pub(crate) fn read(section: &Bytes, batch: Section) -> Result<Vec<Record>, ReadError> {
-    let most = section.len() / LEAST_RECORD;
-    let count = usize::try_from(batch.record_count).unwrap_or(0);
-    if count > most {
-        return Err(ReadError::CountBeyondBytes {
-            count: batch.record_count,
-            bytes: section.len(),
-            most,
-        });
-    }
-    let mut cursor = Cursor { rest: section };
-    let mut records = Vec::with_capacity(count);
-    let mut previous: i64 = -1;
-    for index in 0..count {
-        let mut reader = RecordReader {
-            cursor: &mut cursor,
-            index,
-            count: batch.record_count,
-        };
-        let size = reader.varint("size")?;
-        let left = reader.cursor.rest.len();
-        let body = usize::try_from(size)
-            .ok()
-            .and_then(|size| reader.cursor.take(size))
-            .ok_or(ReadError::SizeBeyondBytes {
-                index,
-                size: i64::from(size),
-                left,
-            })?;
-        let mut inner = Cursor { rest: body };
-        let mut reader = RecordReader {
-            cursor: &mut inner,
-            index,
-            count: batch.record_count,
-        };
-        reader
-            .cursor
-            .byte()
-            .ok_or_else(|| reader.truncated("attributes"))?;
-        let timestamp_delta = reader.varlong("timestamp delta")?;
-        let delta = reader.varint("offset delta")?;
-        if i64::from(delta) <= previous || delta > batch.last_offset_delta {
+        (self.size, self.left) = (size, size);
+        let mut none: Option<&mut dyn Write> = None;
+        self.body_byte("attributes", &mut none)?;
+        let timestamp_delta = self.varlong("timestamp delta", &mut none)?;
+        let delta = self.varint("offset delta", &mut none)?;
+        let last = self.batch.last_offset_delta;
+        if i64::from(delta) <= self.previous || delta > last {
             return Err(ReadError::OffsetOutOfOrder {
-                index,
+                index: self.index,
                 delta,
-                previous,
-                last: batch.last_offset_delta,
-            });
+                previous: self.previous,
+                last,
+            }
+            .into());
         }
-        previous = i64::from(delta);
-        let offset = batch.base_offset.wrapping_add(i64::from(delta));
-        let key = field(&mut reader, section, offset, "key")?;
-        let value = field(&mut reader, section, offset, "value")?;
-        let header_count = reader.varint("header count")?;
-        let left = reader.cursor.rest.len();
+        self.previous = i64::from(delta);
+        Ok(Some(Head {
+            index: self.index,
+            offset: self.batch.base_offset.wrapping_add(i64::from(delta)),
+            timestamp: self
+                .batch
+                .append_time
+                .unwrap_or(self.batch.base_timestamp.wrapping_add(timestamp_delta)),
+            rest: self.left,
+            size,
+        }))
+    }
+
+    /// Reads the rest of the record `head` (key, value, headers), each field checked, and
+    /// copies its bytes as they are to `out` (none: the record is skipped).
+    pub(crate) fn copy_rest(
+        &mut self,
+        head: &Head,
+        mut out: Option<&mut dyn Write>,
+    ) -> Result<(), StreamError> {
+        let offset = head.offset;
+        self.field(offset, "key", &mut out)?;
+        self.field(offset, "value", &mut out)?;
+        let header_count = self.varint("header count", &mut out)?;
+        let left = self.left;
         let header_count = usize::try_from(header_count)
             .ok()
             .filter(|&n| n <= left / LEAST_HEADER)
@@ -316,45 +399,142 @@ pub(crate) fn read(section: &Bytes, batch: Section) -> Result<Vec<Record>, ReadE
                 count: i64::from(header_count),
                 left,
             })?;
-        let mut headers = Vec::with_capacity(header_count);
         for _ in 0..header_count {
-            let len = reader.varint("header name length")?;
+            let len = self.varint("header name length", &mut out)?;
             if len < 0 {
                 // Kafka's `readFrom` refuses it too ("Invalid negative header key size").
                 return Err(ReadError::NullHeaderName {
                     offset,
                     len: i64::from(len),
-                });
+                }
+                .into());
             }
-            let name = slice(&mut reader, section, (offset, "header name"), len)?;
-            let value = field(&mut reader, section, offset, "header value")?;
-            headers.push(Header { name, value });
+            self.bytes(offset, "header name", len, &mut out)?;
+            self.field(offset, "header value", &mut out)?;
         }
-        if !reader.cursor.rest.is_empty() {
+        if self.left != 0 {
             return Err(ReadError::SizeMismatch {
                 offset,
-                size: body.len(),
-                extra: reader.cursor.rest.len(),
-            });
+                size: head.size,
+                extra: self.left,
+            }
+            .into());
         }
-        records.push(Record {
-            offset,
-            timestamp: batch
-                .append_time
-                .unwrap_or(batch.base_timestamp.wrapping_add(timestamp_delta)),
-            key,
-            value,
-            headers,
-        });
+        self.index += 1;
+        Ok(())
     }
-    if !cursor.rest.is_empty() {
-        return Err(ReadError::Trailing {
-            extra: cursor.rest.len(),
-        });
+
+    /// A length-prefixed field (a negative length is null, as Kafka's `DefaultRecord.readFrom`
+    /// reads it), copied to `out`.
+    fn field(
+        &mut self,
+        offset: i64,
+        name: &'static str,
+        out: &mut Option<&mut dyn Write>,
+    ) -> Result<(), StreamError> {
+        let len = self.varint(name, out)?;
+        if len < 0 {
+            return Ok(());
+        }
+        self.bytes(offset, name, len, out)
     }
-    Ok(records)
+
+    /// The next `len` bytes (not negative) of the record, checked against the bytes it has
+    /// left, copied to `out` a buffer at a time.
+    fn bytes(
+        &mut self,
+        offset: i64,
+        name: &'static str,
+        len: i32,
+        out: &mut Option<&mut dyn Write>,
+    ) -> Result<(), StreamError> {
+        let left = self.left;
+        let mut len = usize::try_from(len).ok().filter(|&len| len <= left).ok_or(
+            ReadError::FieldBeyondBytes {
+                offset,
+                field: name,
+                len: i64::from(len),
+                left,
+            },
+        )?;
+        while len > 0 {
+            let buf = loop {
+                match self.src.fill_buf() {
+                    Ok(buf) => break buf,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(StreamError::Read(e)),
+                }
+            };
+            if buf.is_empty() {
+                return Err(ReadError::SizeBeyondBytes {
+                    index: self.index,
+                    size: self.size as i64,
+                    left: self.size - self.left,
+                }
+                .into());
+            }
+            let n = buf.len().min(len);
+            if let Some(out) = out {
+                out.write_all(&buf[..n]).map_err(StreamError::Write)?;
+            }
+            self.src.consume(n);
+            self.left -= n;
+            len -= n;
+        }
+        Ok(())
+    }
+
+    /// Checks that nothing follows the last record.
+    pub(crate) fn finish(mut self) -> Result<(), StreamError> {
+        let extra = loop {
+            match self.src.fill_buf() {
+                Ok(buf) => break buf.len(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(StreamError::Read(e)),
+            }
+        };
+        if extra > 0 {
+            return Err(ReadError::Trailing { extra }.into());
+        }
+        Ok(())
+    }
 }
 
+/// A record's bytes in a records section when its timestamp delta is `timestamp_delta`, its
+/// offset delta `offset_delta`, and `rest` bytes follow them (key, value, headers): the size
+/// varint included.
+pub(crate) fn record_len(timestamp_delta: i64, offset_delta: i32, rest: usize) -> usize {
+    let size = body_len(timestamp_delta, offset_delta, rest);
+    varlong_len(size as i64) + size
+}
+
+fn body_len(timestamp_delta: i64, offset_delta: i32, rest: usize) -> usize {
+    1 + varlong_len(timestamp_delta) + varlong_len(i64::from(offset_delta)) + rest
+}
+
+/// Writes the front of a record (Kafka's `DefaultRecord.writeTo`): its size, attributes 0,
+/// `timestamp_delta` and `offset_delta`; its `rest` bytes (key, value, headers) are to follow.
+pub(crate) fn put_head(
+    out: &mut dyn Write,
+    timestamp_delta: i64,
+    offset_delta: i32,
+    rest: usize,
+) -> io::Result<()> {
+    // The size (at most 5 bytes), attributes, and the deltas (10 and 5 at most).
+    let mut head = [0u8; 21];
+    let free = {
+        let mut at = &mut head[..];
+        put_varlong(
+            &mut at,
+            body_len(timestamp_delta, offset_delta, rest) as i64,
+        );
+        at.put_u8(0);
+        put_varlong(&mut at, timestamp_delta);
+        put_varlong(&mut at, i64::from(offset_delta));
+        at.len()
+    };
+    out.write_all(&head[..head.len() - free])
+}
 fn put_varlong(buf: &mut impl BufMut, n: i64) {
     let mut z = ((n << 1) ^ (n >> 63)) as u64;
     while z >= 0x80 {

@@ -648,7 +648,7 @@ fn legacy_wrapper(
     timestamp: i64,
     inner: &[Vec<u8>],
 ) -> Vec<u8> {
-    use kafka_protocol::compression::Compressor;
+    use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy};
     let plain = inner.concat();
     let mut out = BytesMut::new();
     let put = |buf: &mut BytesMut| {
@@ -1008,5 +1008,285 @@ fn copy_path_throughput() {
             batch.size(),
             (ROUNDS * 1000 * 1000) as f64 / seconds / 1e6
         );
+    }
+}
+
+/// The heap a thread holds, counted by a global allocator for the unit tests (as
+/// `tests/allocations.rs` counts allocations): live bytes and their peak, per thread, so that
+/// the tests running beside the measured one do not count.
+mod heap {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        static LIVE: Cell<i64> = const { Cell::new(0) };
+        static PEAK: Cell<i64> = const { Cell::new(0) };
+    }
+
+    fn add(bytes: i64) {
+        // `try_with`: a thread's own allocations while it ends are not counted.
+        let _ = LIVE.try_with(|live| {
+            let now = live.get() + bytes;
+            live.set(now);
+            let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
+        });
+    }
+
+    struct Counting;
+
+    #[allow(unsafe_code)] // a counting allocator is unsafe by its trait
+                          // SAFETY: forwards every call to the system allocator unchanged; only counts.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            add(layout.size() as i64);
+            // SAFETY: the caller's contract is passed on as is.
+            unsafe { System.alloc(layout) }
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            add(layout.size() as i64);
+            // SAFETY: as above.
+            unsafe { System.alloc_zeroed(layout) }
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            add(-(layout.size() as i64));
+            // SAFETY: as above.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            add(new_size as i64 - layout.size() as i64);
+            // SAFETY: as above.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    #[global_allocator]
+    static GLOBAL: Counting = Counting;
+
+    /// What `f` returns, and the most heap this thread held at once while it ran, beyond what
+    /// it held before (the C libraries' own allocations, zstd's and lz4's, are not counted).
+    pub(super) fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        let before = LIVE.with(Cell::get);
+        PEAK.with(|peak| peak.set(before));
+        let out = f();
+        let peak = PEAK.with(Cell::get);
+        (out, (peak - before).max(0) as usize)
+    }
+}
+
+const MIB: usize = 1 << 20;
+
+fn put_varint(buf: &mut Vec<u8>, n: i64) {
+    let mut z = ((n << 1) ^ (n >> 63)) as u64;
+    while z >= 0x80 {
+        buf.push((z as u8 & 0x7f) | 0x80);
+        z >>= 7;
+    }
+    buf.push(z as u8);
+}
+
+/// `plain` as one member or frame of `codec` (gzip or zstd), compressed as a stream.
+fn compressed_part(codec: Compression, plain: impl Fn(&mut dyn std::io::Write)) -> Vec<u8> {
+    use std::io::Write as _;
+    match codec {
+        Compression::Gzip => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            plain(&mut e);
+            e.finish().unwrap()
+        }
+        Compression::Zstd => {
+            let mut e = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+            plain(&mut e);
+            e.flush().unwrap();
+            e.finish().unwrap()
+        }
+        _ => unreachable!("gzip or zstd"),
+    }
+}
+
+/// A LogAppendTime batch at offset `base` of `count` records whose values are `value_mib` MiB
+/// of zeros each (null keys, no headers), its records section `codec`-compressed as
+/// concatenated members (gzip) or frames (zstd), as Kafka's Java reader takes them: built
+/// without ever holding the plain records (each record's framing a part of its own, the zeros
+/// one part compressed once and repeated).
+fn batch_of_zeros(codec: Compression, base: i64, count: i32, value_mib: usize) -> SourceBatch {
+    let zeros = vec![0u8; MIB];
+    let value = compressed_part(codec, |w| {
+        for _ in 0..value_mib {
+            w.write_all(&zeros).unwrap();
+        }
+    });
+    let mut section = Vec::new();
+    for i in 0..count {
+        let mut fields = vec![0]; // attributes
+        put_varint(&mut fields, 0); // timestamp delta
+        put_varint(&mut fields, i64::from(i)); // offset delta
+        put_varint(&mut fields, -1); // key: null
+        put_varint(&mut fields, (value_mib * MIB) as i64);
+        let size = fields.len() + value_mib * MIB + 1; // and the header count
+        let mut prefix = Vec::new();
+        put_varint(&mut prefix, size as i64);
+        prefix.extend(fields);
+        section.extend(compressed_part(codec, |w| w.write_all(&prefix).unwrap()));
+        section.extend_from_slice(&value);
+        section.extend(compressed_part(codec, |w| w.write_all(&[0]).unwrap()));
+    }
+    let mut bytes = vec![0u8; HEADER_LEN];
+    bytes[BASE_OFFSET_AT..LENGTH_AT].copy_from_slice(&base.to_be_bytes());
+    let length = (HEADER_LEN - LOG_OVERHEAD + section.len()) as i32;
+    bytes[LENGTH_AT..PARTITION_LEADER_EPOCH_AT].copy_from_slice(&length.to_be_bytes());
+    bytes[MAGIC_AT] = MAGIC_V2 as u8;
+    let attributes = codec as i16 | TIMESTAMP_TYPE_BIT;
+    bytes[ATTRIBUTES_AT..LAST_OFFSET_DELTA_AT].copy_from_slice(&attributes.to_be_bytes());
+    bytes[LAST_OFFSET_DELTA_AT..BASE_TIMESTAMP_AT].copy_from_slice(&(count - 1).to_be_bytes());
+    bytes[BASE_TIMESTAMP_AT..MAX_TIMESTAMP_AT].copy_from_slice(&1_700_000_000_000i64.to_be_bytes());
+    bytes[MAX_TIMESTAMP_AT..PRODUCER_ID_AT].copy_from_slice(&1_800_000_000_000i64.to_be_bytes());
+    bytes[PRODUCER_ID_AT..PRODUCER_EPOCH_AT].copy_from_slice(&(-1i64).to_be_bytes());
+    bytes[PRODUCER_EPOCH_AT..BASE_SEQUENCE_AT].copy_from_slice(&(-1i16).to_be_bytes());
+    bytes[BASE_SEQUENCE_AT..RECORD_COUNT_AT].copy_from_slice(&(-1i32).to_be_bytes());
+    bytes[RECORD_COUNT_AT..HEADER_LEN].copy_from_slice(&count.to_be_bytes());
+    bytes.extend(section);
+    let crc = crc32c(&bytes[ATTRIBUTES_AT..]);
+    bytes[CRC_AT..ATTRIBUTES_AT].copy_from_slice(&crc.to_be_bytes());
+    only(Bytes::from(bytes))
+}
+
+/// A zigzag varint read from a stream.
+fn read_varint(r: &mut impl std::io::Read) -> i64 {
+    let mut z: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let mut b = [0u8];
+        r.read_exact(&mut b).unwrap();
+        z |= u64::from(b[0] & 0x7f) << shift;
+        if b[0] & 0x80 == 0 {
+            break;
+        }
+    }
+    (z >> 1) as i64 ^ -((z & 1) as i64)
+}
+
+/// Each record of `out` read as a stream (never whole): its source offset, timestamp, key and
+/// value lengths (-1: null) and header count, its value checked to be zeros.
+fn streamed_records(out: &OutBatch, codec: Compression) -> Vec<(i64, i64, i64, i64, i64)> {
+    use std::io::Read as _;
+    let body: &[u8] = &out.body;
+    let mut plain: Box<dyn std::io::Read> = match codec {
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(body)),
+        Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(body).unwrap()),
+        _ => unreachable!("gzip or zstd"),
+    };
+    let base_timestamp = i64_at(&out.header, BASE_TIMESTAMP_AT);
+    let mut got = Vec::new();
+    let mut chunk = vec![0u8; MIB];
+    for i in 0..out.records as usize {
+        let _size = read_varint(&mut plain);
+        plain.read_exact(&mut [0u8]).unwrap();
+        let timestamp = base_timestamp + read_varint(&mut plain);
+        assert_eq!(read_varint(&mut plain), i as i64, "offset delta");
+        let key = read_varint(&mut plain);
+        assert!(key < 0, "the keys are null");
+        let value = read_varint(&mut plain);
+        let mut left = value.max(0) as usize;
+        while left > 0 {
+            let n = left.min(MIB);
+            plain.read_exact(&mut chunk[..n]).unwrap();
+            assert!(chunk[..n].iter().all(|&b| b == 0), "the values are zeros");
+            left -= n;
+        }
+        let headers = read_varint(&mut plain);
+        got.push((out.source_offset(i), timestamp, key, value, headers));
+    }
+    assert_eq!(
+        plain.read(&mut [0u8]).unwrap(),
+        0,
+        "bytes after the last record"
+    );
+    got
+}
+
+/// Issue 42: one zstd batch of 30 records of 32 MiB of zeros (a few hundred KB on the wire),
+/// LogAppendTime (so encoded again), took the mirror to 1,891 MiB of RSS: the codec held the
+/// whole records section decompressed, then a copy of it to compress. Encoded again record by
+/// record as a stream, the heap stays within a bound far below the 960 MiB of plain records,
+/// and every record arrives, its offset, timestamp and 32 MiB value as they were.
+#[test]
+fn a_batch_that_expands_a_thousandfold_is_encoded_again_in_bounded_memory() {
+    for (codec, count) in [(Compression::Zstd, 30), (Compression::Gzip, 6)] {
+        let batch = batch_of_zeros(codec, 5000, count, 32);
+        assert!(batch.size() < 2 * MIB, "{codec:?}: {} bytes", batch.size());
+        assert_eq!(
+            plan(&batch, 5000, 8 * MIB),
+            Plan::Reencode(Reencode::LogAppendTime)
+        );
+        let (outs, peak) = heap::peak_during(|| prepare(&batch, 5000, 8 * MIB, STAMP).unwrap());
+        eprintln!(
+            "{codec:?}: {count} records of 32 MiB, {} bytes on the wire: {} batches out, peak \
+             heap {} MiB",
+            batch.size(),
+            outs.len(),
+            peak / MIB
+        );
+        assert!(
+            peak < 128 * MIB,
+            "{codec:?}: the heap peaked at {} MiB while encoding again",
+            peak / MIB
+        );
+        let mut got = Vec::new();
+        for out in &outs {
+            assert!(out.size() <= 8 * MIB);
+            got.extend(streamed_records(out, codec));
+        }
+        let want: Vec<_> = (0..i64::from(count))
+            .map(|i| (5000 + i, 1_800_000_000_000, -1, (32 * MIB) as i64, 0))
+            .collect();
+        assert_eq!(got, want, "{codec:?}");
+    }
+}
+
+/// A raw snappy section (librdkafka's) is one block read whole: one that states more than the
+/// engine decompresses at once is refused before anything is allocated for it, naming the
+/// batch's offsets, the size and the bound (the stream then meets it as a send failure).
+#[test]
+fn a_snappy_block_past_the_bound_is_refused_naming_the_offsets_size_and_bound() {
+    let bound = codec::SNAPPY_BLOCK_BOUND;
+    let mut section = Vec::new();
+    let mut n = bound as u64 + 1;
+    while n >= 0x80 {
+        section.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    section.push(n as u8);
+    section.extend([0u8; 32]);
+    let good = Source::new(Compression::Snappy, 700, 3).batch();
+    let mut bytes = good[..HEADER_LEN].to_vec();
+    bytes.extend(section);
+    let length = (bytes.len() - LOG_OVERHEAD) as i32;
+    bytes[LENGTH_AT..PARTITION_LEADER_EPOCH_AT].copy_from_slice(&length.to_be_bytes());
+    let batch = only(with_log_append_time(&Bytes::from(bytes), 1_800_000_000_000));
+    let (result, peak) = heap::peak_during(|| prepare(&batch, 700, UNLIMITED, STAMP));
+    let err = result.unwrap_err();
+    let BatchError::BlockTooLarge {
+        offset,
+        last_offset,
+        size,
+        limit,
+    } = err
+    else {
+        panic!("{err}");
+    };
+    assert_eq!(
+        (offset, last_offset, size, limit),
+        (700, 702, bound + 1, bound)
+    );
+    assert!(peak < MIB, "{peak} bytes allocated");
+    let message = err.to_string();
+    for needle in [
+        "offset 700",
+        &(bound + 1).to_string(),
+        "--abort.on.send.failure",
+    ] {
+        assert!(message.contains(needle), "{needle:?} not in {message}");
     }
 }
