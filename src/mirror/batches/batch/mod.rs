@@ -991,6 +991,12 @@ impl Building {
         {
             return Ok(true);
         }
+        if self.count <= 1 {
+            // A flush costs bytes that stay in the batch: a lone record's batch is finished
+            // unflushed, at its least size, so that only a record too large alone is
+            // `RecordTooLarge` (a flush once pushed a record that fits over the limit).
+            return Ok(false);
+        }
         self.encoder.flush()?;
         self.pending = 0;
         let written = self.encoder.written();
