@@ -409,6 +409,57 @@ fn header_names_not_utf8_or_repeated_reach_the_target_byte_for_byte_when_encoded
     );
 }
 
+/// One zstd batch of 16 records of 32 MiB of zeros (a few KB on the wire, 512 MiB
+/// uncompressed) on a LogAppendTime topic, which the engine encodes again: the mirror copies
+/// every record and its memory stays within a stream's budget (peak RSS under 256 MiB).
+/// Before, the engine decompressed the whole records section and encoded it again in memory:
+/// about twice the batch's uncompressed size (a trial with 30 such records peaked at
+/// 1,891 MiB; issue 42, item 2).
+#[test]
+fn a_batch_that_expands_a_thousandfold_is_copied_in_bounded_memory() {
+    const RECORDS: usize = 16;
+    const SIZE: usize = 32 << 20;
+    let started = Instant::now();
+    let pair = SharedPair::get(KAFKA_4);
+    let lane = pair.lane_with("zeros", 1, &[("message.timestamp.type", "LogAppendTime")]);
+    write_zeros_in_one_batch(&lane.src(), lane.topic, 0, RECORDS, SIZE, "zstd");
+    let mut mirror = lane
+        .mirror()
+        .args(&[
+            "--copy.mode",
+            "batches",
+            "--offset.commit.interval.ms",
+            "300",
+        ])
+        .start();
+    lane.wait_caught_up(&mut mirror);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", mirror.pid()))
+        .expect("the mirror's /proc status");
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status");
+    assert_eq!(mirror.stop().code(), Some(0), "{}", mirror.log());
+    assert_eq!(
+        end_offsets(&lane.dst(), lane.topic, 1),
+        vec![RECORDS as i64],
+        "records on the target; log:\n{}",
+        mirror.log()
+    );
+    let peak_mib = peak_kib / 1024;
+    assert!(
+        peak_mib < 256,
+        "the mirror's peak RSS was {peak_mib} MiB for a batch of {} MiB uncompressed",
+        (RECORDS * SIZE) >> 20
+    );
+    eprintln!(
+        "TRIAL batches zeros kafka 4.4.0: one zstd LogAppendTime batch of {RECORDS} x 32 MiB \
+         of zeros copied, peak RSS {peak_mib} MiB; {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
 /// A committed offset inside an lz4 source batch whose records each repeat a header key (`hop`
 /// three times): the batch must be encoded again from the start, every header kept in order
 /// (the codec keeps headers as bytes, in a list). Every record from the start on reaches the

@@ -906,6 +906,46 @@ pub fn write_with_raw_headers(
         .expect("flushing the records with raw headers");
 }
 
+/// `count` records of `size` zero bytes each (keys `k0`, `k1`, ...) to `topic`/`partition`
+/// in one batch compressed with `codec` (librdkafka's `compression.type` names): a batch a
+/// few KB on the wire that holds `count * size` bytes uncompressed. librdkafka takes at most
+/// 1,000,000,000 bytes of records in one batch.
+pub fn write_zeros_in_one_batch(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    count: usize,
+    size: usize,
+    codec: &str,
+) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("compression.type", codec)
+        .set("message.max.bytes", "1000000000")
+        .set("batch.size", "1000000000")
+        .set("queue.buffering.max.kbytes", "2097151")
+        .set("linger.ms", "2000")
+        .create()
+        .expect("a producer");
+    let zeros = vec![0u8; size];
+    for i in 0..count {
+        let key = format!("k{i}");
+        producer
+            .send(
+                BaseRecord::to(topic)
+                    .partition(partition)
+                    .key(&key)
+                    .payload(&zeros),
+            )
+            .map_err(|(e, _)| e)
+            .expect("queueing a record of zeros");
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("flushing the records of zeros");
+}
+
 /// The headers (names as bytes) of the first `count` records of `topic`/`partition`, read
 /// with the mirror's native record view (rust-rdkafka's `Headers` panics on a name that is
 /// not UTF-8).
