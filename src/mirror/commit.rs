@@ -63,11 +63,15 @@ pub(crate) fn commit_sync<C: ConsumerContext>(
 ///
 /// With the offset mapping, the commit waits for the mapping: this stores it, and
 /// [`commit_stored`] commits once the target acknowledged it.
+///
+/// It does not follow the consumer's position ([`follow_positions`]): the record engine does
+/// that between its polls; the batch engine's consumer fetches nothing (its own fetcher
+/// moves the commit point past what it drops), and a record librdkafka returned to it anyway
+/// would otherwise carry the commit point past batches not yet acknowledged.
 pub(crate) fn commit_async<C: ConsumerContext>(
     source: &Source<C>,
     shared: &StreamShared,
 ) -> KafkaResult<usize> {
-    follow_positions(source.consumer(), shared);
     if let Some(mapping) = &shared.mapping {
         if mapping.awaiting().is_none() {
             let id = persist(shared, None);

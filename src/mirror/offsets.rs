@@ -183,6 +183,10 @@ pub struct OffsetTracker {
     /// Where consumption of a newly assigned partition should start (its committed offset),
     /// until its first record is registered.
     starts: HashMap<Partition, i64>,
+    /// Records the consumer returned that were put back to be consumed again, not
+    /// registered: the least offset of each partition's, which its commit point does not pass
+    /// by following the consumer's position, until a record from there on is registered.
+    held: HashMap<Partition, i64>,
 }
 
 impl OffsetTracker {
@@ -370,6 +374,10 @@ impl OffsetTracker {
         (bytes, outputs): (usize, u32),
         batch: Option<u32>,
     ) -> (Ticket, Option<i64>) {
+        if !self.held.is_empty() {
+            self.held
+                .retain(|(t, p), held| !(t == topic && *p == partition && offset >= *held));
+        }
         let index = self.slot_or_insert(topic, partition);
         let slot = &mut self.slots[index as usize];
         let gap_from = slot
@@ -620,6 +628,11 @@ impl OffsetTracker {
         let Some(index) = self.slot_of(topic, partition) else {
             return;
         };
+        let position = self
+            .held
+            .iter()
+            .find(|((t, p), _)| t == topic && *p == partition)
+            .map_or(position, |(_, held)| position.min(*held));
         let slot = &mut self.slots[index as usize];
         if slot.restarted {
             return;
@@ -629,9 +642,23 @@ impl OffsetTracker {
         }
     }
 
+    /// A record the consumer returned at `offset` that is put back to be consumed again (the
+    /// consumer rewound to it) rather than registered: until a record from `offset` on is
+    /// registered, the partition's commit point does not pass it by following the consumer's
+    /// position ([`advance_to_position`](Self::advance_to_position)), which stays past it
+    /// until the rewind takes effect.
+    pub(crate) fn hold(&mut self, topic: &str, partition: i32, offset: i64) {
+        self.held
+            .entry((topic.to_owned(), partition))
+            .and_modify(|held| *held = (*held).min(offset))
+            .or_insert(offset);
+    }
+
     /// Stops tracking a partition that was revoked. Deliveries still to come for it are
     /// recognised as stale. Returns how many of its records were not acknowledged.
     pub(crate) fn release(&mut self, topic: &str, partition: i32) -> usize {
+        self.held
+            .retain(|(t, p), _| !(t == topic && *p == partition));
         let Some(index) = self.slot_of(topic, partition) else {
             return 0;
         };
@@ -1067,5 +1094,28 @@ mod tests {
         assert_eq!(commit_of(&mut t, "t", 0), Some(12));
         t.advance_to_position("u", 0, 7);
         assert_eq!(commit_of(&mut t, "u", 0), None);
+    }
+
+    #[test]
+    fn a_record_put_back_holds_its_partitions_commit_point_below_it() {
+        // Records 10 and 11 acknowledged; 12 returned by the consumer while the producer
+        // queue was full and rewound to, not registered: the position (13 until the rewind
+        // takes effect) must not carry the commit point past 12.
+        let mut t = OffsetTracker::new();
+        for offset in [10, 11] {
+            let ticket = t.begin("t", 0, offset, None, 1, 1);
+            t.ack(ticket);
+        }
+        t.hold("t", 0, 12);
+        t.advance_to_position("t", 0, 13);
+        assert_eq!(t.commit_points()[0].offset, 12);
+        // It comes again and is registered: the hold is gone, the record itself keeps the
+        // commit point until acknowledged, and then positions are followed again.
+        let again = t.begin("t", 0, 12, None, 1, 1);
+        t.advance_to_position("t", 0, 13);
+        assert_eq!(t.commit_points()[0].offset, 12);
+        t.ack(again);
+        t.advance_to_position("t", 0, 15);
+        assert_eq!(t.commit_points()[0].offset, 15);
     }
 }

@@ -231,6 +231,9 @@ impl<'s> Stream<'s> {
             let now = Instant::now();
             self.shared.turned(now);
             if now >= next_commit {
+                // Between polls: every record the position passed has begun in the tracker,
+                // or is held below (put back while the producer queue was full).
+                follow_positions(self.source.consumer(), &self.shared);
                 // A failure is counted and logged where its result arrives (`committed`).
                 let _ = commit_async(&self.source, &self.shared);
                 next_commit = now + self.settings.options.commit_interval;
@@ -826,6 +829,12 @@ impl<'s> Stream<'s> {
             Polled::Record(record) => {
                 let (_, records, bytes) = self.over_limit(1);
                 self.set_paused(true, records, bytes);
+                // The position stays past it until the seek takes effect (librdkafka applies
+                // it on its own thread): a revocation served meanwhile must not let the
+                // commit point follow the position past a record never registered.
+                self.shared
+                    .tracker()
+                    .hold(record.topic(), record.partition(), record.offset());
                 let rewound = self.source.consumer().seek(
                     record.topic(),
                     record.partition(),
