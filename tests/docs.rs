@@ -304,8 +304,8 @@ fn anchors_follow_githubs_rules() {
     );
     assert_eq!(anchor("7. SIGINT/SIGTERM"), "7-sigintsigterm");
     assert_eq!(
-        anchor("tansu 0.6 (an independent implementation, written in Rust)"),
-        "tansu-06-an-independent-implementation-written-in-rust"
+        anchor("kfake (an independent implementation, written in Go)"),
+        "kfake-an-independent-implementation-written-in-go"
     );
     assert_eq!(
         anchor("Coming from Java MirrorMaker"),

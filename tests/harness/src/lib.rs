@@ -1,5 +1,5 @@
 //! The end-to-end tests' shared harness: clusters (librdkafka's mock in the test process,
-//! tansu brokers, Apache Kafka in [`kafka`]), config files, the mirror binary as a child
+//! kfake brokers, Apache Kafka in [`kafka`]), config files, the mirror binary as a child
 //! process, and what tests read back (committed offsets, records). A crate of its own, so
 //! that each test file uses what it needs and nothing is compiled as dead code.
 
@@ -626,7 +626,7 @@ pub fn wait_committed_by(
     }
 }
 
-/// Creates topics with the admin API (tansu; the mock cluster has no CreateTopics).
+/// Creates topics with the admin API (kfake; the mock cluster has no CreateTopics).
 pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
     create_topic_with(bootstrap, topic, partitions, &[]);
 }
@@ -702,57 +702,43 @@ pub fn set_topic_configs(bootstrap: &str, topic: &str, configs: &[(&str, &str)])
     }
 }
 
-/// A tansu broker (an independent Kafka implementation) on a free loopback port.
-pub struct Tansu {
+/// A kfake broker (franz-go's in-memory cluster, an independent Kafka implementation:
+/// tests/peers/kfake) on a free loopback port.
+pub struct Kfake {
     child: Child,
     pub bootstrap: String,
 }
 
-pub fn tansu_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("TANSU_BIN") {
+/// The kfake broker `./scripts/test` built (`KFAKE_BIN`).
+pub fn kfake_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("KFAKE_BIN") {
         return PathBuf::from(p);
     }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let cargo_bin = home.join(".cargo/bin/tansu");
-    if cargo_bin.exists() {
-        return cargo_bin;
-    }
     panic!(
-        "the tansu broker is not installed: run ./scripts/test, which installs it \
-         (cargo install tansu --version 0.6.0 --locked --features dynostore), or set TANSU_BIN"
+        "the kfake broker is not built: run ./scripts/test, which builds it, or build it \
+         (cd tests/peers/kfake && go build -o /tmp/kfake .) and set KFAKE_BIN=/tmp/kfake"
     );
 }
 
-impl Tansu {
-    pub fn start(name: &str) -> Tansu {
+impl Kfake {
+    pub fn start(name: &str) -> Kfake {
         let port = free_port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let child = Command::new(tansu_binary())
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-            ])
-            .args(["--storage-engine", &format!("memory://{name}/")])
-            .args(["--cluster-id", name])
+        let child = Command::new(kfake_binary())
+            .args(["-port", &port.to_string(), "-cluster-id", name])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("starting tansu");
+            .expect("starting kfake");
         let bootstrap = format!("127.0.0.1:{port}");
-        let mut broker = Tansu { child, bootstrap };
+        let mut broker = Kfake { child, bootstrap };
         let deadline = Instant::now() + Duration::from_secs(30);
         while TcpStream::connect(&broker.bootstrap).is_err() {
             if let Ok(Some(status)) = broker.child.try_wait() {
-                panic!("tansu exited at start: {status}");
+                panic!("kfake exited at start: {status}");
             }
             assert!(
                 Instant::now() < deadline,
-                "tansu did not listen within 30 s"
+                "kfake did not listen within 30 s"
             );
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -760,7 +746,7 @@ impl Tansu {
     }
 }
 
-impl Drop for Tansu {
+impl Drop for Kfake {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -1289,7 +1275,7 @@ pub fn free_local_addr() -> String {
 }
 
 /// A loopback port that was free a moment ago, for a listener that a process the test starts
-/// binds later (a Kafka node, tansu, the mirror's metrics). It is taken below the kernel's
+/// binds later (a Kafka node, kfake, the mirror's metrics). It is taken below the kernel's
 /// ephemeral range (`net.ipv4.ip_local_port_range`): a port that `bind(0)` gives is one that
 /// an outgoing connection may get as its source port before the listener binds it, and a
 /// Kafka node of a CI run failed to start so ("Address already in use").

@@ -15,8 +15,8 @@
 //!       [--timeout SECONDS] [--list] [-- CARGO-TEST-ARGS...]
 //! ```
 //!
-//! `--gate tansu=FILE` holds the binary `tansu` until FILE exists (`./scripts/test` writes
-//! `ok` into it once the tansu broker is built, anything else when its build failed).
+//! `--gate kfake=FILE` holds the binary `kfake` until FILE exists (`./scripts/test` writes
+//! `ok` into it once the kfake broker is built, anything else when its build failed).
 //! At the end it prints a table of what ran (start, duration, weight, tests passed) and keeps
 //! it in `target/suite/last-run.tsv`, whose durations order the next run.
 
@@ -104,9 +104,9 @@ fn parse_options() -> Options {
         gates: Vec::new(),
         phases: None,
         // A gate's writer always writes it when its build ends, ok or not; the bound is for a
-        // writer that was killed. On a fresh machine tansu's build (at the lowest priority,
-        // behind the tests) ended past 1,800 s after the tests began, and its binary failed
-        // unrun: the bound stays under CI's 90 minutes with room for the binary itself.
+        // writer that was killed. On a fresh machine a peer's build at the lowest priority
+        // (tansu's, since replaced by kfake) ended past 1,800 s after the tests began, and its
+        // binary failed unrun: the bound stays under CI's 90 minutes with room for the binary.
         timeout: Duration::from_secs(4200),
         list: false,
         cargo_args: Vec::new(),

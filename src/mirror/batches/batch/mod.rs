@@ -6,7 +6,7 @@
 //! header are rewritten, the CRC-32C computed again. A batch Kafka's `LogValidator` would refuse
 //! from a producer as it is, or that would give the target other records than the source holds,
 //! is decoded and encoded again, same compression ([`Reencode`] says why): its records as bytes
-//! by [`records`], its header written here, its compression the `kafka-protocol` crate's. What
+//! by [`records`], its header written here, its compression [`codec`]'s, as a stream. What
 //! is rewritten and why: docs/batch-engine.md.
 //!
 //! Errors name the source offset of the batch (or record) at fault; the engine adds the topic
@@ -14,6 +14,8 @@
 //!
 //! - [`records`]: the records section as bytes (keys, values, header names and values; headers
 //!   in order, repeats kept), not the crate's `Record`, whose header names are strings in a map;
+//! - [`codec`]: the five compressions as streams (a records section read and written record by
+//!   record, never decompressed whole; snappy in Kafka's xerial framing);
 //! - [`legacy`]: message sets of the formats before Kafka 0.11 (magic 0 and 1), which the
 //!   crate cannot read, read here and made v2 batches that take the same path.
 
