@@ -510,7 +510,11 @@ pub(crate) fn shown(acl: &TopicAcl) -> String {
 /// rules), GSSAPI and OAUTHBEARER, whose principal the broker decides.
 fn sasl_principal(props: &ClientProps) -> Option<String> {
     let protocol = props.get("security.protocol")?.to_ascii_uppercase();
-    let mechanism = props.get("sasl.mechanism").unwrap_or("GSSAPI");
+    let mechanism = props
+        .get("sasl.mechanism")
+        .or_else(|| props.get("sasl.mechanisms"))
+        .unwrap_or("GSSAPI")
+        .to_ascii_uppercase();
     (protocol.starts_with("SASL_") && (mechanism == "PLAIN" || mechanism.starts_with("SCRAM-")))
         .then(|| props.get("sasl.username").map(|u| format!("User:{u}")))
         .flatten()
