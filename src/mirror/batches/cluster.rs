@@ -105,8 +105,18 @@ impl Cluster {
     }
 
     /// Asks for the leaders of `topics` (all partitions) and the brokers, from any broker
-    /// that answers: a known one first, then the bootstrap list.
+    /// that answers: a known one first, then the bootstrap list; within one request timeout.
     pub(crate) fn refresh(&mut self, topics: &[&str]) -> Result<(), ClusterError> {
+        self.refresh_by(topics, Instant::now() + self.dial.timeout)
+    }
+
+    /// As [`refresh`](Self::refresh), giving up at `deadline` (a release's, which every wait
+    /// within it shares).
+    pub(crate) fn refresh_by(
+        &mut self,
+        topics: &[&str],
+        deadline: Instant,
+    ) -> Result<(), ClusterError> {
         let request = MetadataRequest::default()
             .with_topics(Some(
                 topics
@@ -122,9 +132,8 @@ impl Cluster {
         candidates.extend(self.bootstrap.iter().cloned());
         let mut seen = std::collections::HashSet::new();
         candidates.retain(|a| seen.insert(a.clone()));
-        // One timeout for the whole refresh: brokers that do not answer must not hold the
+        // One deadline for the whole refresh: brokers that do not answer must not hold the
         // stream (and its consumer's polls) one timeout each.
-        let deadline = Instant::now() + self.dial.timeout;
         let mut last = String::from("nothing tried");
         for address in &candidates {
             if Instant::now() >= deadline {
@@ -502,5 +511,27 @@ mod tests {
             metadata,
         );
         assert_eq!(spoken, Ok(()));
+    }
+
+    #[test]
+    fn a_refresh_ends_at_its_deadline_not_a_request_timeout_later() {
+        // A broker that takes connections and never answers: ApiVersions waits.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let address = listener.local_addr().expect("its address").to_string();
+        std::thread::spawn(move || {
+            let held: Vec<_> = listener.incoming().take(4).collect();
+            std::thread::sleep(Duration::from_secs(30));
+            drop(held);
+        });
+        let mut cluster =
+            Cluster::new("target", &target_at(&address), Duration::from_secs(10)).unwrap();
+        let started = Instant::now();
+        let refreshed = cluster.refresh_by(&["t"], started + Duration::from_millis(300));
+        assert!(refreshed.is_err());
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(5),
+            "a refresh with 300 ms left took {took:?} (the request timeout is 10 s)"
+        );
     }
 }

@@ -294,6 +294,23 @@ impl BatchProducer {
     /// Sends one round (at most one batch per partition) and reads every answer. The
     /// outcomes are in the order of `items`.
     pub(crate) fn send_round(&mut self, items: &[RoundItem<'_>]) -> Vec<Outcome> {
+        self.send_round_by(items, None)
+    }
+
+    /// As [`send_round`](Self::send_round), every wait within it (a metadata refresh, a
+    /// connection, the answers, the refresh after them) ending at `deadline` at the latest: a
+    /// release's rounds share its one deadline, so that the release ends within it whatever
+    /// the target does. What the deadline cuts short is an outcome to retry, as a timeout.
+    pub(crate) fn send_round_by(
+        &mut self,
+        items: &[RoundItem<'_>],
+        deadline: Option<Instant>,
+    ) -> Vec<Outcome> {
+        let timeout = self.cluster.timeout();
+        let by = |wait: Duration| {
+            let own = Instant::now() + wait;
+            deadline.map_or(own, |d| own.min(d))
+        };
         let mut outcomes: Vec<Option<Outcome>> = items.iter().map(|_| None).collect();
         let mut refresh = false;
         // Leaders, refreshed once if one is unknown.
@@ -304,7 +321,7 @@ impl BatchProducer {
             let mut topics: Vec<&str> = items.iter().map(|i| i.topic).collect();
             topics.sort_unstable();
             topics.dedup();
-            if let Err(e) = self.cluster.refresh(&topics) {
+            if let Err(e) = self.cluster.refresh_by(&topics, by(timeout)) {
                 tracing::debug!("target metadata: {e}");
             }
         }
@@ -349,7 +366,7 @@ impl BatchProducer {
         // Send every lane of every broker, then read every answer: connections made within one
         // timeout, answers awaited within one more, for all brokers together.
         // Each request within the cap, what fits in none of the lanes deferred.
-        let connect_by = Instant::now() + self.cluster.timeout();
+        let connect_by = by(timeout);
         let mut sent: Vec<(i32, usize, Vec<usize>, usize)> = Vec::new();
         let mut closed: Vec<(i32, usize)> = Vec::new();
         let mut unsent: HashSet<i32> = HashSet::new();
@@ -395,7 +412,7 @@ impl BatchProducer {
             }
         }
         let waited_from = Instant::now();
-        let answers_by = waited_from + self.cluster.timeout();
+        let answers_by = by(timeout);
         // Per broker, over its lanes: whether one went unanswered within the wait, and the
         // slowest answer; its budget learns from the whole round.
         let mut late: HashMap<i32, bool> = HashMap::new();
@@ -460,11 +477,11 @@ impl BatchProducer {
                 self.answered(*broker, *took);
             }
         }
-        if refresh {
+        if refresh && deadline.is_none_or(|d| Instant::now() < d) {
             let mut topics: Vec<&str> = items.iter().map(|i| i.topic).collect();
             topics.sort_unstable();
             topics.dedup();
-            if let Err(e) = self.cluster.refresh(&topics) {
+            if let Err(e) = self.cluster.refresh_by(&topics, by(timeout)) {
                 tracing::debug!("target metadata: {e}");
             }
         }

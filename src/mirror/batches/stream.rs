@@ -539,7 +539,8 @@ impl BatchContext {
 
     /// Before partitions go, the batches of theirs whose Produce may have been applied though
     /// unanswered are sent again (same bytes, same sequences) until the target answers, for at
-    /// most two request waits: an acknowledgement (or DUPLICATE_SEQUENCE_NUMBER) says the batch
+    /// most two request waits in all (every wait within, connections, answers and metadata
+    /// refreshes, ends at that one deadline): an acknowledgement (or DUPLICATE_SEQUENCE_NUMBER) says the batch
     /// is on the target once, and its commit point moves past it before the release commits,
     /// so the next owner neither copies it again nor sees it land after its own copies (the
     /// request left behind would be a duplicate of our sequences). One still unanswered when
@@ -607,10 +608,12 @@ impl BatchContext {
                     }
                 })
                 .collect();
-            let outcomes = engine.producer.send_round(&items);
+            let outcomes = engine.producer.send_round_by(&items, Some(deadline));
             drop(items);
             if outcomes.iter().all(|o| matches!(o, Outcome::Retry { .. })) {
-                std::thread::sleep(RETRY_BACKOFF);
+                std::thread::sleep(
+                    RETRY_BACKOFF.min(deadline.saturating_duration_since(Instant::now())),
+                );
             }
             for (&n, outcome) in pending.iter().zip(outcomes) {
                 let (key, part) = &mut released[n];
