@@ -59,7 +59,7 @@ impl TxShared {
                 Some(p) => match p
                     .checked_start(
                         consumer.fetch_watermarks(topic, *partition, self.timeout),
-                        &self.shared.stats,
+                        |lost| self.shared.stats.recorded.count_skipped("retention", lost),
                     )
                     .map_err(ReadError::NotYet)?
                 {

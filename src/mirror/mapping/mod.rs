@@ -27,7 +27,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use super::state::Stats;
 use super::Partition;
 
 /// `count` records of `source_topic/source_partition`, from `source_offset` on, were copied in
@@ -154,12 +153,13 @@ impl Progress {
     }
 
     /// [`checked_against`](Progress::checked_against) the `watermarks` read from the source,
-    /// warned of and counted: the offset to start at, or `None` to start as if the store had
-    /// no progress. `Err` (to try again) when the watermarks could not be read.
+    /// warned of, the records gone from the source given to `count_lost` (the statistics'
+    /// `skipped{reason="retention"}`): the offset to start at, or `None` to start as if the
+    /// store had no progress. `Err` (to try again) when the watermarks could not be read.
     pub(crate) fn checked_start<E: std::fmt::Display>(
         &self,
         watermarks: Result<(i64, i64), E>,
-        stats: &Stats,
+        count_lost: impl FnOnce(u64),
     ) -> Result<Option<i64>, String> {
         let (low, high) = watermarks.map_err(|e| {
             format!(
@@ -179,11 +179,7 @@ impl Progress {
                     self.partition,
                     self.next
                 );
-                stats
-                    .recorded
-                    .skipped
-                    .get_or_create(&vec![("reason".to_owned(), "retention".to_owned())])
-                    .inc_by(lost as u64);
+                count_lost(lost as u64);
                 Some(low)
             }
             CheckedStart::Ahead { high } => {
