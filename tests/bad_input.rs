@@ -465,6 +465,31 @@ fn java_properties_files_are_accepted() {
     );
 }
 
+/// Java MirrorMaker deployments name their files as they like (`consumer.config`): a file
+/// whose name says no format is read as Java properties when it plainly is that.
+#[test]
+fn java_properties_files_under_other_names_are_read_by_their_content() {
+    let dir = tempdir();
+    let c = dir.path().join("consumer.config");
+    write_private(&c, format!("bootstrap.servers={NOWHERE}\ngroup.id=g\n"));
+    let p = dir.path().join("producer.cfg");
+    write_private(&p, format!("bootstrap.servers={NOWHERE}\nacks=0\n"));
+    let (c, p) = (c.to_str().unwrap(), p.to_str().unwrap());
+    assert_refused(&mirror_args(c, p, &[]), &["producer.cfg", "acks = 0"]);
+}
+
+#[test]
+fn a_config_neither_toml_nor_java_properties_says_how_to_name_it() {
+    let dir = tempdir();
+    let (_, p) = good_configs(dir.path());
+    let c = dir.path().join("consumer.config");
+    write_private(&c, "bootstrap.servers = \"x:1\ngroup.id = \"g\"\n");
+    assert_refused(
+        &mirror_args(c.to_str().unwrap(), &p, &[]),
+        &["consumer.config", "line 1", "*.toml", "*.properties"],
+    );
+}
+
 #[test]
 fn an_unreachable_source_is_an_error_after_a_bounded_wait() {
     let dir = tempdir();
