@@ -1,7 +1,7 @@
 //! `mirror-maker`: subcommand dispatch, and the one place where an outcome becomes an exit
-//! code: 0 clean shutdown (or a check that found nothing wrong), 1 runtime failure, 2 bad
-//! usage or configuration. (130: a second SIGINT/SIGTERM, a second or more after the first,
-//! exits at once, from the signal thread.)
+//! code: 0 clean shutdown (a SIGINT/SIGTERM, during the start too; or a check that found
+//! nothing wrong), 1 runtime failure, 2 bad usage or configuration. (130: a second
+//! SIGINT/SIGTERM, a second or more after the first, exits at once, from the signal thread.)
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -91,17 +91,21 @@ fn subcommand_named(arg: Option<&str>) -> Option<String> {
         .then(|| arg.to_owned())
 }
 
-/// clap's error as one line: what is wrong; the usage is one --help away (the subcommand's
-/// own, for a subcommand). clap lists missing arguments on the lines after the first; they
-/// are joined.
+/// clap's error as one line: what is wrong, clap's tips (the flag, value or subcommand a
+/// misspelt one is near); the usage is one --help away (the subcommand's own, for a
+/// subcommand). clap lists missing arguments on the lines after the first; they are joined.
 fn one_line_usage_error(e: &clap::Error, subcommand: Option<&str>) -> String {
     let rendered = e.render().to_string();
     let mut lines = rendered.lines();
     let first = lines.next().unwrap_or("error: bad usage");
     let mut message = first.strip_prefix("error: ").unwrap_or(first).to_owned();
-    for item in lines.take_while(|l| !l.trim().is_empty()) {
+    for item in lines.by_ref().take_while(|l| !l.trim().is_empty()) {
         message.push(' ');
         message.push_str(item.trim());
+    }
+    for tip in lines.map(str::trim).filter(|l| l.starts_with("tip: ")) {
+        message.push_str("; ");
+        message.push_str(tip);
     }
     match subcommand {
         Some(name) => message.push_str(&format!(" (see mirror-maker {name} --help)")),

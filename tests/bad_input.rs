@@ -391,6 +391,48 @@ fn an_unknown_librdkafka_property_is_named_with_its_file() {
 }
 
 #[test]
+fn a_misspelt_librdkafka_property_gets_the_nearest_known_one() {
+    let dir = tempdir();
+    let (_, p) = good_configs(dir.path());
+    let c = write_config(
+        dir.path(),
+        "typo.toml",
+        NOWHERE,
+        &[("group.id", "g"), ("fetch.wait.max.msec", "5")],
+    );
+    assert_refused(
+        &mirror_args(c.to_str().unwrap(), &p, &[]),
+        &[
+            "typo.toml",
+            "`fetch.wait.max.msec`",
+            "did you mean `fetch.wait.max.ms`?",
+        ],
+    );
+}
+
+#[test]
+fn a_misspelt_flag_gets_the_similar_flag_on_its_one_line() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let args = [
+        "--consumer.config",
+        &c,
+        "--producer.config",
+        &p,
+        "--whitelst",
+        "t",
+    ];
+    assert_refused(
+        &args,
+        &[
+            "'--whitelst'",
+            "a similar argument exists: '--whitelist'",
+            "--help",
+        ],
+    );
+}
+
+#[test]
 fn weakening_settings_are_refused_with_the_way_out() {
     let dir = tempdir();
     let (c, _) = good_configs(dir.path());
@@ -544,6 +586,52 @@ fn help_documents_every_flag_with_its_default() {
         "[default: 60000]",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
+    }
+    for (flag, default) in [
+        ("--num.streams", "[default: 1]"),
+        ("--num.streams", "1 to 256"),
+        ("--producers.per.stream", "[default: 1]"),
+        ("--producers.per.stream", "1 to 16"),
+        ("--heartbeats.topic", "[default: mirror-maker.heartbeats]"),
+        ("--source.cluster.name", "Unset by default"),
+    ] {
+        let text = flag_help(&help, flag);
+        assert!(
+            text.contains(default),
+            "{default:?} not in {flag}'s help: {text}"
+        );
+    }
+}
+
+/// The help of one flag in `--help`: from its line to the next flag's.
+fn flag_help<'a>(help: &'a str, flag: &str) -> &'a str {
+    let start = help
+        .find(&format!("      {flag} "))
+        .unwrap_or_else(|| panic!("{flag} missing from --help"));
+    let rest = &help[start..];
+    let end = rest[1..].find("\n      --").map_or(rest.len(), |i| i + 1);
+    &rest[..end]
+}
+
+#[test]
+fn help_gives_the_exit_codes_the_docs_give() {
+    let (out, _) = run(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for code in [
+        "0 clean shutdown",
+        "1 runtime failure",
+        "2 bad usage",
+        "130",
+    ] {
+        assert!(help.contains(code), "{code:?} missing from --help: {help}");
+    }
+    for command in ["check", "verify", "translate"] {
+        let (out, _) = run(&[command, "--help"]);
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            help.contains("2 for bad usage"),
+            "exit 2 missing from {command} --help: {help}"
+        );
     }
 }
 

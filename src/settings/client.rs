@@ -438,10 +438,20 @@ impl ClientProps {
         use rdkafka::consumer::BaseConsumer;
         use rdkafka::error::KafkaError;
         use rdkafka::producer::BaseProducer;
+        use rdkafka::types::RDKafkaConfRes;
         let rejected = |e: KafkaError| ConfigError::Rejected {
             role: self.role,
             path: self.path.clone(),
             message: self.redact(&match e {
+                KafkaError::ClientConfig(
+                    RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN,
+                    description,
+                    key,
+                    _,
+                ) => match nearest_property(&key) {
+                    Some(near) => format!("key `{key}`: {description}; did you mean `{near}`?"),
+                    None => format!("key `{key}`: {description}"),
+                },
                 KafkaError::ClientConfig(_, description, key, _) => {
                     format!("key `{key}`: {description}")
                 }
@@ -502,6 +512,39 @@ fn secret_keys(props: &BTreeMap<String, String>) -> Vec<String> {
         .filter(|(k, v)| is_secret_key(k) && !v.is_empty())
         .map(|(k, _)| k.clone())
         .collect()
+}
+
+/// The librdkafka property nearest to `key`, a name librdkafka does not have: the one fewest
+/// edits away (a character added, removed or changed), if it is near enough to be a slip of
+/// the keyboard (at most a third of the name, and 3, edited).
+fn nearest_property(key: &str) -> Option<String> {
+    nearest(key, crate::native::librdkafka_property_names())
+}
+
+fn nearest(key: &str, names: impl IntoIterator<Item = String>) -> Option<String> {
+    let limit = (key.chars().count() / 3).min(3);
+    names
+        .into_iter()
+        .map(|name| (edit_distance(key, &name), name))
+        .filter(|(distance, _)| *distance <= limit)
+        .min()
+        .map(|(_, name)| name)
+}
+
+/// Levenshtein's distance between `a` and `b`, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substituted = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
 }
 
 /// The two formats a config file may be in.
@@ -1060,5 +1103,19 @@ mod tests {
         for needle in ["consumer.config", "line 1", "*.toml", "*.properties"] {
             assert!(err.contains(needle), "{needle:?} not in {err}");
         }
+    }
+
+    #[test]
+    fn a_misspelt_property_is_matched_to_the_known_one_fewest_edits_away() {
+        let known =
+            || ["fetch.wait.max.ms", "fetch.max.bytes", "linger.ms", "acks"].map(str::to_owned);
+        assert_eq!(edit_distance("fetch.wait.max.msec", "fetch.wait.max.ms"), 2);
+        assert_eq!(
+            nearest("fetch.wait.max.msec", known()).as_deref(),
+            Some("fetch.wait.max.ms")
+        );
+        assert_eq!(nearest("lingr.ms", known()).as_deref(), Some("linger.ms"));
+        assert_eq!(nearest("no.such.key", known()), None, "nothing near");
+        assert_eq!(nearest("ack", known()).as_deref(), Some("acks"));
     }
 }

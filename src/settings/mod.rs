@@ -31,7 +31,7 @@ pub mod defaults {
     use super::flags::Partitioning;
 
     pub const NUM_STREAMS: u32 = 1;
-    pub const PRODUCERS_PER_STREAM: usize = 1;
+    pub const PRODUCERS_PER_STREAM: u32 = 1;
     pub const COMMIT_INTERVAL_MS: u64 = 60_000;
     pub const ABORT_ON_SEND_FAILURE: bool = true;
     pub const NO_DATA_LOSS: bool = true;
@@ -268,15 +268,14 @@ impl Settings {
         settings.on_source_gap = args.on_source_gap;
         settings.throttle_bytes_per_second = args.throttle_bytes_per_second;
         settings.throttle_records_per_second = args.throttle_records_per_second;
-        if let Some(n) = args.producers_per_stream {
-            if exactly_once.is_some() && n > 1 {
-                return Err(SettingsError::Usage(format!(
-                    "--producers.per.stream {n}: with --exactly.once true each stream has one \
-                     transactional producer; drop --producers.per.stream"
-                )));
-            }
-            settings.producers_per_stream = n as usize;
+        let n = args.producers_per_stream;
+        if exactly_once.is_some() && n > 1 {
+            return Err(SettingsError::Usage(format!(
+                "--producers.per.stream {n}: with --exactly.once true each stream has one \
+                 transactional producer; drop --producers.per.stream"
+            )));
         }
+        settings.producers_per_stream = n as usize;
         if let Some(eo) = exactly_once {
             exactly_once::producer_props(&mut settings.producer);
             settings.exactly_once = Some(eo);
@@ -322,10 +321,7 @@ impl Settings {
             })
         });
         if let Some(ms) = args.heartbeats_interval_ms {
-            let topic = args
-                .heartbeats_topic
-                .clone()
-                .unwrap_or_else(|| defaults::HEARTBEATS_TOPIC.to_owned());
+            let topic = args.heartbeats_topic.clone();
             let source = match &args.source_cluster_name {
                 Some(name) => name.clone(),
                 None => settings
@@ -487,7 +483,7 @@ impl Settings {
             on_source_gap: defaults::ON_SOURCE_GAP,
             on_handler_error: OnHandlerError::Stop,
             throttle_bytes_per_second: None,
-            producers_per_stream: defaults::PRODUCERS_PER_STREAM,
+            producers_per_stream: defaults::PRODUCERS_PER_STREAM as usize,
             throttle_records_per_second: None,
             heartbeats: None,
             max_in_flight_records: (queue_messages / 2).max(1),
