@@ -137,7 +137,18 @@ fn run_check(args: &MirrorArgs) -> Result<Outcome, Failure> {
 
 fn run_verify(args: &VerifyArgs) -> Result<Outcome, Failure> {
     let verification = verify::Verification::from_args(args).map_err(usage)?;
-    let report = verify::verify(&verification).map_err(Failure::Runtime)?;
+    let report = match verify::verify(&verification) {
+        Ok(report) => report,
+        Err(e) => {
+            if args.json {
+                // The report's place on stdout holds the error, so that what reads it reads
+                // JSON whatever happened; the error line goes to stderr as ever.
+                let error = serde_json::json!({ "ok": false, "error": format!("{e:#}") });
+                println!("{error:#}");
+            }
+            return Err(Failure::Runtime(e));
+        }
+    };
     if args.json {
         let json = serde_json::to_string_pretty(&report)
             .map_err(|e| runtime(format!("cannot write the report as JSON: {e}")))?;
@@ -172,12 +183,7 @@ fn run_translate(args: &TranslateArgs) -> Result<Outcome, Failure> {
 fn run_mirror(args: &MirrorArgs) -> Result<Outcome, Failure> {
     let mut settings = Settings::from_args(args).map_err(usage)?;
     failpoint::check().map_err(usage)?;
-    let metrics_addr = args
-        .metrics_addr
-        .as_deref()
-        .map(resolve_metrics_addr)
-        .transpose()
-        .map_err(usage)?;
+    let metrics_addr = settings.metrics_addr;
     let progress_interval = Duration::from_millis(args.progress_interval_ms);
     if metrics_addr.is_some()
         || !progress_interval.is_zero()
@@ -241,11 +247,3 @@ fn run_mirror(args: &MirrorArgs) -> Result<Outcome, Failure> {
 /// How often the clients report statistics (lag, broker states) when metrics or progress
 /// lines are on.
 const STATISTICS_INTERVAL: Duration = Duration::from_secs(5);
-
-fn resolve_metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
-    use std::net::ToSocketAddrs;
-    text.to_socket_addrs()
-        .map_err(|e| format!("--metrics.addr {text:?} is not a HOST:PORT address: {e}"))?
-        .next()
-        .ok_or_else(|| format!("--metrics.addr {text:?} resolves to no address"))
-}

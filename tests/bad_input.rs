@@ -558,6 +558,74 @@ fn an_unreachable_source_is_an_error_after_a_bounded_wait() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
+/// What the mirror refuses, `check` refuses too, before contacting a broker.
+#[test]
+fn check_refuses_a_bad_metrics_address_as_the_mirror_does() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let bad = ["--metrics.addr", "foo"];
+    let mirror = mirror_args(&c, &p, &bad);
+    assert_refused(&mirror, &["--metrics.addr", "\"foo\"", "HOST:PORT"]);
+    let check = [&["check"][..], &mirror].concat();
+    assert_refused(&check, &["--metrics.addr", "\"foo\"", "HOST:PORT"]);
+}
+
+#[test]
+fn an_empty_whitelist_is_refused_with_the_pattern_for_everything() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let mut args = mirror_args(&c, &p, &[]);
+    *args.last_mut().unwrap() = "";
+    assert_refused(&args, &["--whitelist", "'.*'"]);
+}
+
+/// `verify` against a cluster that does not answer: the line `check` gives, not librdkafka's.
+#[test]
+fn verify_names_an_unreachable_cluster_as_check_does() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let args = [
+        &["verify"][..],
+        &mirror_args(&c, &p, &["--timeout.ms", "1000"]),
+    ]
+    .concat();
+    let (out, _) = run(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "not one line: {stderr}"
+    );
+    for needle in [
+        "cannot reach the source cluster",
+        NOWHERE,
+        "Check the address in",
+        "c.toml",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+    }
+}
+
+#[test]
+fn verify_json_reports_an_unreachable_cluster_as_a_json_object() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let extra = ["--timeout.ms", "1000", "--json"];
+    let args = [&["verify"][..], &mirror_args(&c, &p, &extra)].concat();
+    let (out, _) = run(&args);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    assert_eq!(report["ok"], false, "{report}");
+    let error = report["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("cannot reach the source cluster"),
+        "{report}"
+    );
+}
+
 #[test]
 fn help_documents_every_flag_with_its_default() {
     let (out, _) = run(&["--help"]);

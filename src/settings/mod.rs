@@ -165,6 +165,8 @@ pub struct Settings {
     /// `--copy.mode auto` chose the batch engine: a broker it cannot speak to at start makes it
     /// copy records instead (with `--copy.mode batches` that is an error).
     pub batches_by_auto: bool,
+    /// `--metrics.addr`, resolved: where metrics and health are served.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// `--heartbeats.interval.ms` and `--heartbeats.topic`.
@@ -369,6 +371,12 @@ impl Settings {
                 interval: Duration::from_millis(args.sync_group_offsets_interval_ms),
             });
         }
+        settings.metrics_addr = args
+            .metrics_addr
+            .as_deref()
+            .map(metrics_addr)
+            .transpose()
+            .map_err(SettingsError::Usage)?;
         let handler_args = plugin_args(
             "message handler arguments",
             "--message.handler.args.file",
@@ -505,6 +513,7 @@ impl Settings {
             batches: false,
             batches_refused: None,
             batches_by_auto: false,
+            metrics_addr: None,
         })
     }
 }
@@ -772,6 +781,15 @@ pub fn batch_request_wait(settings: &Settings) -> Duration {
 /// reason to copy records, so a longer wait would only hold the start.
 pub fn batch_probe_wait(settings: &Settings) -> Duration {
     batch_request_wait(settings).min(Duration::from_secs(10))
+}
+
+/// `--metrics.addr`: a HOST:PORT that resolves.
+fn metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    text.to_socket_addrs()
+        .map_err(|e| format!("--metrics.addr {text:?} is not a HOST:PORT address: {e}"))?
+        .next()
+        .ok_or_else(|| format!("--metrics.addr {text:?} resolves to no address"))
 }
 
 /// `--on.handler.error`: what a record the message handler refuses does.
