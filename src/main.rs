@@ -1,7 +1,7 @@
 //! `mirror-maker`: subcommand dispatch, and the one place where an outcome becomes an exit
-//! code: 0 clean shutdown (or a check that found nothing wrong), 1 runtime failure, 2 bad
-//! usage or configuration. (130: a second SIGINT/SIGTERM, a second or more after the first,
-//! exits at once, from the signal thread.)
+//! code: 0 clean shutdown (a SIGINT/SIGTERM, during the start too; or a check that found
+//! nothing wrong), 1 runtime failure, 2 bad usage or configuration. (130: a second
+//! SIGINT/SIGTERM, a second or more after the first, exits at once, from the signal thread.)
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -91,17 +91,21 @@ fn subcommand_named(arg: Option<&str>) -> Option<String> {
         .then(|| arg.to_owned())
 }
 
-/// clap's error as one line: what is wrong; the usage is one --help away (the subcommand's
-/// own, for a subcommand). clap lists missing arguments on the lines after the first; they
-/// are joined.
+/// clap's error as one line: what is wrong, clap's tips (the flag, value or subcommand a
+/// misspelt one is near); the usage is one --help away (the subcommand's own, for a
+/// subcommand). clap lists missing arguments on the lines after the first; they are joined.
 fn one_line_usage_error(e: &clap::Error, subcommand: Option<&str>) -> String {
     let rendered = e.render().to_string();
     let mut lines = rendered.lines();
     let first = lines.next().unwrap_or("error: bad usage");
     let mut message = first.strip_prefix("error: ").unwrap_or(first).to_owned();
-    for item in lines.take_while(|l| !l.trim().is_empty()) {
+    for item in lines.by_ref().take_while(|l| !l.trim().is_empty()) {
         message.push(' ');
         message.push_str(item.trim());
+    }
+    for tip in lines.map(str::trim).filter(|l| l.starts_with("tip: ")) {
+        message.push_str("; ");
+        message.push_str(tip);
     }
     match subcommand {
         Some(name) => message.push_str(&format!(" (see mirror-maker {name} --help)")),
@@ -133,7 +137,18 @@ fn run_check(args: &MirrorArgs) -> Result<Outcome, Failure> {
 
 fn run_verify(args: &VerifyArgs) -> Result<Outcome, Failure> {
     let verification = verify::Verification::from_args(args).map_err(usage)?;
-    let report = verify::verify(&verification).map_err(Failure::Runtime)?;
+    let report = match verify::verify(&verification) {
+        Ok(report) => report,
+        Err(e) => {
+            if args.json {
+                // The report's place on stdout holds the error, so that what reads it reads
+                // JSON whatever happened; the error line goes to stderr as ever.
+                let error = serde_json::json!({ "ok": false, "error": format!("{e:#}") });
+                println!("{error:#}");
+            }
+            return Err(Failure::Runtime(e));
+        }
+    };
     if args.json {
         let json = serde_json::to_string_pretty(&report)
             .map_err(|e| runtime(format!("cannot write the report as JSON: {e}")))?;
@@ -168,12 +183,7 @@ fn run_translate(args: &TranslateArgs) -> Result<Outcome, Failure> {
 fn run_mirror(args: &MirrorArgs) -> Result<Outcome, Failure> {
     let mut settings = Settings::from_args(args).map_err(usage)?;
     failpoint::check().map_err(usage)?;
-    let metrics_addr = args
-        .metrics_addr
-        .as_deref()
-        .map(resolve_metrics_addr)
-        .transpose()
-        .map_err(usage)?;
+    let metrics_addr = settings.metrics_addr;
     let progress_interval = Duration::from_millis(args.progress_interval_ms);
     if metrics_addr.is_some()
         || !progress_interval.is_zero()
@@ -237,11 +247,3 @@ fn run_mirror(args: &MirrorArgs) -> Result<Outcome, Failure> {
 /// How often the clients report statistics (lag, broker states) when metrics or progress
 /// lines are on.
 const STATISTICS_INTERVAL: Duration = Duration::from_secs(5);
-
-fn resolve_metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
-    use std::net::ToSocketAddrs;
-    text.to_socket_addrs()
-        .map_err(|e| format!("--metrics.addr {text:?} is not a HOST:PORT address: {e}"))?
-        .next()
-        .ok_or_else(|| format!("--metrics.addr {text:?} resolves to no address"))
-}

@@ -391,6 +391,48 @@ fn an_unknown_librdkafka_property_is_named_with_its_file() {
 }
 
 #[test]
+fn a_misspelt_librdkafka_property_gets_the_nearest_known_one() {
+    let dir = tempdir();
+    let (_, p) = good_configs(dir.path());
+    let c = write_config(
+        dir.path(),
+        "typo.toml",
+        NOWHERE,
+        &[("group.id", "g"), ("fetch.wait.max.msec", "5")],
+    );
+    assert_refused(
+        &mirror_args(c.to_str().unwrap(), &p, &[]),
+        &[
+            "typo.toml",
+            "`fetch.wait.max.msec`",
+            "did you mean `fetch.wait.max.ms`?",
+        ],
+    );
+}
+
+#[test]
+fn a_misspelt_flag_gets_the_similar_flag_on_its_one_line() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let args = [
+        "--consumer.config",
+        &c,
+        "--producer.config",
+        &p,
+        "--whitelst",
+        "t",
+    ];
+    assert_refused(
+        &args,
+        &[
+            "'--whitelst'",
+            "a similar argument exists: '--whitelist'",
+            "--help",
+        ],
+    );
+}
+
+#[test]
 fn weakening_settings_are_refused_with_the_way_out() {
     let dir = tempdir();
     let (c, _) = good_configs(dir.path());
@@ -465,6 +507,31 @@ fn java_properties_files_are_accepted() {
     );
 }
 
+/// Java MirrorMaker deployments name their files as they like (`consumer.config`): a file
+/// whose name says no format is read as Java properties when it plainly is that.
+#[test]
+fn java_properties_files_under_other_names_are_read_by_their_content() {
+    let dir = tempdir();
+    let c = dir.path().join("consumer.config");
+    write_private(&c, format!("bootstrap.servers={NOWHERE}\ngroup.id=g\n"));
+    let p = dir.path().join("producer.cfg");
+    write_private(&p, format!("bootstrap.servers={NOWHERE}\nacks=0\n"));
+    let (c, p) = (c.to_str().unwrap(), p.to_str().unwrap());
+    assert_refused(&mirror_args(c, p, &[]), &["producer.cfg", "acks = 0"]);
+}
+
+#[test]
+fn a_config_neither_toml_nor_java_properties_says_how_to_name_it() {
+    let dir = tempdir();
+    let (_, p) = good_configs(dir.path());
+    let c = dir.path().join("consumer.config");
+    write_private(&c, "bootstrap.servers = \"x:1\ngroup.id = \"g\"\n");
+    assert_refused(
+        &mirror_args(c.to_str().unwrap(), &p, &[]),
+        &["consumer.config", "line 1", "*.toml", "*.properties"],
+    );
+}
+
 #[test]
 fn an_unreachable_source_is_an_error_after_a_bounded_wait() {
     let dir = tempdir();
@@ -489,6 +556,74 @@ fn an_unreachable_source_is_an_error_after_a_bounded_wait() {
         "{stderr}"
     );
     assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// What the mirror refuses, `check` refuses too, before contacting a broker.
+#[test]
+fn check_refuses_a_bad_metrics_address_as_the_mirror_does() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let bad = ["--metrics.addr", "foo"];
+    let mirror = mirror_args(&c, &p, &bad);
+    assert_refused(&mirror, &["--metrics.addr", "\"foo\"", "HOST:PORT"]);
+    let check = [&["check"][..], &mirror].concat();
+    assert_refused(&check, &["--metrics.addr", "\"foo\"", "HOST:PORT"]);
+}
+
+#[test]
+fn an_empty_whitelist_is_refused_with_the_pattern_for_everything() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let mut args = mirror_args(&c, &p, &[]);
+    *args.last_mut().unwrap() = "";
+    assert_refused(&args, &["--whitelist", "'.*'"]);
+}
+
+/// `verify` against a cluster that does not answer: the line `check` gives, not librdkafka's.
+#[test]
+fn verify_names_an_unreachable_cluster_as_check_does() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let args = [
+        &["verify"][..],
+        &mirror_args(&c, &p, &["--timeout.ms", "1000"]),
+    ]
+    .concat();
+    let (out, _) = run(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "not one line: {stderr}"
+    );
+    for needle in [
+        "cannot reach the source cluster",
+        NOWHERE,
+        "Check the address in",
+        "c.toml",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+    }
+}
+
+#[test]
+fn verify_json_reports_an_unreachable_cluster_as_a_json_object() {
+    let dir = tempdir();
+    let (c, p) = good_configs(dir.path());
+    let extra = ["--timeout.ms", "1000", "--json"];
+    let args = [&["verify"][..], &mirror_args(&c, &p, &extra)].concat();
+    let (out, _) = run(&args);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    assert_eq!(report["ok"], false, "{report}");
+    let error = report["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("cannot reach the source cluster"),
+        "{report}"
+    );
 }
 
 #[test]
@@ -519,6 +654,52 @@ fn help_documents_every_flag_with_its_default() {
         "[default: 60000]",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
+    }
+    for (flag, default) in [
+        ("--num.streams", "[default: 1]"),
+        ("--num.streams", "1 to 256"),
+        ("--producers.per.stream", "[default: 1]"),
+        ("--producers.per.stream", "1 to 16"),
+        ("--heartbeats.topic", "[default: mirror-maker.heartbeats]"),
+        ("--source.cluster.name", "Unset by default"),
+    ] {
+        let text = flag_help(&help, flag);
+        assert!(
+            text.contains(default),
+            "{default:?} not in {flag}'s help: {text}"
+        );
+    }
+}
+
+/// The help of one flag in `--help`: from its line to the next flag's.
+fn flag_help<'a>(help: &'a str, flag: &str) -> &'a str {
+    let start = help
+        .find(&format!("      {flag} "))
+        .unwrap_or_else(|| panic!("{flag} missing from --help"));
+    let rest = &help[start..];
+    let end = rest[1..].find("\n      --").map_or(rest.len(), |i| i + 1);
+    &rest[..end]
+}
+
+#[test]
+fn help_gives_the_exit_codes_the_docs_give() {
+    let (out, _) = run(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for code in [
+        "0 clean shutdown",
+        "1 runtime failure",
+        "2 bad usage",
+        "130",
+    ] {
+        assert!(help.contains(code), "{code:?} missing from --help: {help}");
+    }
+    for command in ["check", "verify", "translate"] {
+        let (out, _) = run(&[command, "--help"]);
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            help.contains("2 for bad usage"),
+            "exit 2 missing from {command} --help: {help}"
+        );
     }
 }
 

@@ -672,6 +672,32 @@ fn a_second_signal_seconds_later_exits_now_with_130() {
     assert!(log.contains("SIGTERM again: exiting now"), "{log}");
 }
 
+/// Kubernetes sends one SIGTERM and kills 30 s later: one signal while the mirror still waits
+/// for brokers that do not answer ends the start at once, a clean stop (exit 0, nothing was
+/// copied), not a wait for `--startup.timeout.ms`.
+#[test]
+fn one_signal_during_start_up_stops_at_once_with_0() {
+    let dir = tempdir();
+    let nowhere = "127.0.0.1:1";
+    let (c, p) = mirror_configs(dir.path(), nowhere, nowhere, &[], &[]);
+    let mut mirror = Mirror::with_configs(&c, &p)
+        .whitelist(TOPIC)
+        .startup_ms(60_000)
+        .start();
+    // Not a condition: the second is the scenario (the mirror waits for the brokers and says
+    // nothing meanwhile).
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(mirror.is_running(), "{}", mirror.log());
+    let signalled = std::time::Instant::now();
+    mirror.signal("TERM");
+    let status = mirror.wait(Duration::from_secs(5));
+    let took = signalled.elapsed();
+    let log = mirror.log();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(took < Duration::from_secs(2), "took {took:?}: {log}");
+    assert!(!log.contains("cannot reach"), "{log}");
+}
+
 /// A mirror that logs a few lines and exits 1 by itself within seconds: source topic `wide` has
 /// 4 partitions, its target 2, under `--partitioning preserve` (the mock cannot add any).
 /// Returns the clusters (keep them alive) and the mirror's arguments.

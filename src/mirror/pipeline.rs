@@ -73,6 +73,71 @@ pub fn run(
     control: Arc<Control>,
     stats: Arc<Stats>,
 ) -> Result<Summary, MirrorError> {
+    let Some(started) = start_unless_stopped(settings, &control, &stats)? else {
+        tracing::info!("stopped during the start: nothing was copied, nothing committed");
+        return Ok(Summary::default());
+    };
+    run_streams(started, control, stats)
+}
+
+/// How often the wait for the start looks at the stop request.
+const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// [`start`] on a thread of its own, while this one watches the stop request: every wait of
+/// the start (the probes of both clusters for up to `--startup.timeout.ms`, the engine's look
+/// at the brokers, the topics made before the streams, ...) ends at once when a stop is asked
+/// for, and `None` says so. A start cut short is left to the end of the process: nothing was
+/// copied, so there is nothing to flush or commit.
+fn start_unless_stopped(
+    settings: &Settings,
+    control: &Arc<Control>,
+    stats: &Arc<Stats>,
+) -> Result<Option<Started>, MirrorError> {
+    use std::sync::mpsc::RecvTimeoutError;
+    let (done, result) = std::sync::mpsc::channel();
+    let (settings, starting, stats) = (settings.clone(), control.clone(), stats.clone());
+    thread::Builder::new()
+        .name("start".to_owned())
+        .spawn(move || {
+            let _ = done.send(start(&settings, &starting, &stats));
+        })
+        .map_err(|e| MirrorError::Fatal(format!("cannot start the start-up thread: {e}")))?;
+    loop {
+        match result.recv_timeout(STOP_POLL) {
+            Ok(started) => return started.map(Some),
+            Err(RecvTimeoutError::Timeout) if control.stop_requested() => {
+                return match control.failure() {
+                    Some(message) => Err(MirrorError::Fatal(message)),
+                    None => Ok(None),
+                };
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(MirrorError::Fatal(
+                    "the start panicked; see the log above".to_owned(),
+                ))
+            }
+        }
+    }
+}
+
+/// What the start hands the streams.
+struct Started {
+    /// The settings as the brokers leave them (`batch.size` capped, the engine chosen).
+    settings: Settings,
+    topics: Vec<String>,
+    creator: Option<Arc<TopicCreator>>,
+    store: Option<Arc<MappingStore>>,
+    limits: Arc<TargetLimits>,
+}
+
+/// Everything before the streams: both clusters probed, the engine chosen, the topics the
+/// streams need made, the background threads started.
+fn start(
+    settings: &Settings,
+    control: &Arc<Control>,
+    stats: &Arc<Stats>,
+) -> Result<Started, MirrorError> {
     let source = probe(settings, Cluster::Source)?;
     probe(settings, Cluster::Target)?;
     let (mut capped, limits) = cap_batch_size(settings, &source)?;
@@ -159,7 +224,7 @@ pub fn run(
                 &settings.producer,
                 topic,
                 control.clone(),
-                super::mapping::Trust::of(settings).counting(&stats),
+                super::mapping::Trust::of(settings).counting(stats),
                 settings.options.startup_timeout,
             )
             .map_err(|e| MirrorError::Fatal(e.to_string()))?,
@@ -196,13 +261,36 @@ pub fn run(
         // first subscription all the same, not only after a topic refresh
         // (`--topic.refresh.interval.ms`; until then no stream owns it, no heartbeat is
         // written).
-        if start_heartbeats(settings, heartbeats, &control, &stats)
+        if start_heartbeats(settings, heartbeats, control, stats)
             && !topics.contains(&heartbeats.topic)
         {
             topics.push(heartbeats.topic.clone());
             topics.sort();
         }
     }
+    Ok(Started {
+        settings: capped,
+        topics,
+        creator,
+        store,
+        limits,
+    })
+}
+
+/// The streams (and the group sync), until they stop; what they report.
+fn run_streams(
+    started: Started,
+    control: Arc<Control>,
+    stats: Arc<Stats>,
+) -> Result<Summary, MirrorError> {
+    let Started {
+        settings,
+        topics,
+        creator,
+        store,
+        limits,
+    } = started;
+    let settings = &settings;
     let gate = Arc::new(ShutdownGate::new(settings.options.num_streams));
     let results: Vec<Result<StreamReport, MirrorError>> = thread::scope(|scope| {
         if settings.sync_groups.is_some() {

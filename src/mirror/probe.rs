@@ -44,19 +44,22 @@ pub enum Unreachable {
 }
 
 impl Unreachable {
-    fn silent(settings: &Settings, cluster: Cluster, reason: &str) -> Unreachable {
-        let props = props_of(settings, cluster);
+    fn silent(
+        props: &ClientProps,
+        cluster: Cluster,
+        timeout: Duration,
+        reason: &str,
+    ) -> Unreachable {
         Unreachable::Silent {
             cluster,
             servers: servers(props),
             config: props.path.display().to_string(),
-            timeout: settings.options.startup_timeout,
+            timeout,
             reason: props.redact(reason),
         }
     }
 
-    fn refused(settings: &Settings, cluster: Cluster, reason: &str) -> Unreachable {
-        let props = props_of(settings, cluster);
+    fn refused(props: &ClientProps, cluster: Cluster, reason: &str) -> Unreachable {
         Unreachable::Refused {
             cluster,
             servers: servers(props),
@@ -148,7 +151,18 @@ impl ProducerContext for ProbeContext {
 /// security handshake failure ends the wait at once. The client is made from the connection
 /// settings only: it never joins the group.
 pub(crate) fn probe(settings: &Settings, cluster: Cluster) -> Result<Metadata, Unreachable> {
-    let config = props_of(settings, cluster).connection_config();
+    let props = props_of(settings, cluster);
+    reach(props, cluster, settings.options.startup_timeout)
+}
+
+/// [`probe`] of the cluster `props` connects to, waiting at most `timeout` (for the tools,
+/// which have their own timeout).
+pub(crate) fn reach(
+    props: &ClientProps,
+    cluster: Cluster,
+    timeout: Duration,
+) -> Result<Metadata, Unreachable> {
+    let config = props.connection_config();
     let context = ProbeContext {
         cluster,
         refusal: Mutex::new(None),
@@ -156,8 +170,8 @@ pub(crate) fn probe(settings: &Settings, cluster: Cluster) -> Result<Metadata, U
     };
     let client: BaseProducer<ProbeContext> = config
         .create_with_context(context)
-        .map_err(|e| Unreachable::silent(settings, cluster, &e.to_string()))?;
-    let deadline = Instant::now() + settings.options.startup_timeout;
+        .map_err(|e| Unreachable::silent(props, cluster, timeout, &e.to_string()))?;
+    let deadline = Instant::now() + timeout;
     // Short waits first, so that a refusal (reported by an error event, served by `poll`
     // between the waits) ends the probe early; then longer ones, for clusters whose metadata
     // takes a while to answer (the connection made by the first wait is kept).
@@ -174,9 +188,7 @@ pub(crate) fn probe(settings: &Settings, cluster: Cluster) -> Result<Metadata, U
             .take();
         match (result, refusal) {
             (Ok(metadata), _) => return Ok(metadata),
-            (Err(_), Some(refusal)) => {
-                return Err(Unreachable::refused(settings, cluster, &refusal))
-            }
+            (Err(_), Some(refusal)) => return Err(Unreachable::refused(props, cluster, &refusal)),
             (Err(e), None) if Instant::now() >= deadline => {
                 let last = client
                     .context()
@@ -188,7 +200,7 @@ pub(crate) fn probe(settings: &Settings, cluster: Cluster) -> Result<Metadata, U
                     Some(last) => format!("{e}; last error: {last}"),
                     None => e.to_string(),
                 };
-                return Err(Unreachable::silent(settings, cluster, &reason));
+                return Err(Unreachable::silent(props, cluster, timeout, &reason));
             }
             (Err(_), None) => wait = (wait * 2).min(Duration::from_secs(4)),
         }

@@ -12,7 +12,8 @@
 //! - [`failpoint`]: a trial's named point where the process stops itself (SIGSTOP);
 //! - [`malloc`]: glibc's malloc thresholds for the batch engine's buffers;
 //! - [`NativePtr`]: the one owner type of a native handle, released once by its [`NativeDrop`];
-//! - [`host_name`]: the kernel's host name, without `/proc` (which `ProcSubset=pid` hides).
+//! - [`host_name`]: the kernel's host name, without `/proc` (which `ProcSubset=pid` hides);
+//! - [`librdkafka_property_names`]: every configuration property librdkafka has.
 
 pub mod admin;
 pub mod failpoint;
@@ -38,6 +39,54 @@ pub fn host_name() -> Option<String> {
     }
     let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     std::str::from_utf8(&buf[..n]).ok().map(str::to_owned)
+}
+
+/// The name of every configuration property this librdkafka has (global and topic, aliases
+/// included, hidden ones not), read from the table `rd_kafka_conf_properties_show` prints: the
+/// one complete list it gives (a dump of a configuration leaves out the strings without a
+/// default, `group.id` and `ssl.ca.location` among them). Empty if the table cannot be had.
+pub fn librdkafka_property_names() -> Vec<String> {
+    let mut buf: *mut libc::c_char = std::ptr::null_mut();
+    let mut len: libc::size_t = 0;
+    // SAFETY: `buf` and `len` outlive the stream, which writes them until it is closed below.
+    let stream = unsafe { libc::open_memstream(&mut buf, &mut len) };
+    if stream.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: `stream` is an open stream; librdkafka only writes to it.
+    unsafe { rdsys::rd_kafka_conf_properties_show(stream.cast()) };
+    // SAFETY: `stream` is open and not used afterwards; closing it sets `buf` and `len`.
+    let closed = unsafe { libc::fclose(stream) };
+    if buf.is_null() {
+        return Vec::new();
+    }
+    let text = if closed == 0 {
+        // SAFETY: after a successful close, `buf` holds `len` bytes written by the stream.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
+        String::from_utf8_lossy(bytes).into_owned()
+    } else {
+        String::new()
+    };
+    // SAFETY: `buf` was allocated by the stream with malloc, is ours, and is freed once.
+    unsafe { libc::free(buf.cast()) };
+    property_names(&text)
+}
+
+/// The first column of each row of librdkafka's property table (`name | C/P | ...`), without
+/// its headers and rules.
+fn property_names(table: &str) -> Vec<String> {
+    table
+        .lines()
+        .filter_map(|line| line.split_once(" | "))
+        .map(|(name, _)| name.trim())
+        .filter(|name| {
+            name.starts_with(|c: char| c.is_ascii_lowercase())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ".-_".contains(c))
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A librdkafka type with one function that releases what we own of it.
@@ -169,5 +218,26 @@ mod host_name_tests {
     fn the_host_name_is_the_kernels_read_without_proc() {
         let from_proc = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
         assert_eq!(super::host_name().as_deref(), Some(from_proc.trim()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_librdkafka_property_is_listed_those_without_a_default_too() {
+        let names = librdkafka_property_names();
+        for name in [
+            "bootstrap.servers",
+            "group.id",
+            "ssl.ca.location",
+            "fetch.wait.max.ms",
+            "acks",
+            "auto.offset.reset",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+        }
+        assert!(!names.iter().any(|n| n == "Property" || n.starts_with('-')));
     }
 }

@@ -2,9 +2,10 @@
 //!
 //! Both `--consumer.config` and `--producer.config` hold librdkafka properties. A file ending in
 //! `.properties` is read as a Java properties file (so MirrorMaker users can reuse theirs), its
-//! Java keys translated by [`super::java`]'s table; any
-//! other file is TOML, whose dotted keys (`bootstrap.servers = "..."`) TOML parses as nested
-//! tables and we flatten back to `bootstrap.servers`.
+//! Java keys translated by [`super::java`]'s table; a file ending in `.toml` is TOML, whose
+//! dotted keys (`bootstrap.servers = "..."`) TOML parses as nested tables and we flatten back
+//! to `bootstrap.servers`. Any other name (`consumer.config`): TOML if it parses as TOML, else
+//! Java properties if it plainly is that, else an error saying how to name it.
 //!
 //! [`ClientProps::apply_consumer_rules`] and [`ClientProps::apply_producer_rules`] turn what the
 //! user wrote into what the mirror runs with: with no-data-loss on, settings that could lose
@@ -81,6 +82,13 @@ pub enum ConfigError {
         role: Role,
         path: PathBuf,
         message: String,
+    },
+    #[error("{role} config {} is neither TOML ({not_toml}) nor plainly a Java properties file; name it *.toml to have it read as TOML, or *.properties as Java properties", path.display())]
+    Unrecognised {
+        role: Role,
+        path: PathBuf,
+        /// What the TOML parser said, on one line.
+        not_toml: String,
     },
     #[error("{role} config {}, line {line}: {message}", path.display())]
     Properties {
@@ -191,41 +199,10 @@ impl ClientProps {
     /// secret and its group or others may read it.
     pub fn load(role: Role, path: &Path) -> Result<ClientProps, ConfigError> {
         let contents = super::files::read(role.config(), role.flag(), path)?;
-        let is_properties = path
-            .extension()
-            .is_some_and(|ext| ext.eq_ignore_ascii_case("properties"));
-        let (props, secret_keys) = if is_properties {
-            let parsed =
-                super::properties::parse(&contents.bytes).map_err(|e| ConfigError::Properties {
-                    role,
-                    path: path.to_owned(),
-                    line: e.line,
-                    message: e.message,
-                })?;
-            warn_utf8_read_as_latin1(role, path, &contents.bytes, &parsed.non_ascii);
-            let secret_keys = secret_keys(&parsed.props);
-            (read_java_keys(role, path, &parsed.props)?, secret_keys)
-        } else {
-            let text = std::str::from_utf8(&contents.bytes).map_err(|e| ConfigError::NotUtf8 {
-                role,
-                path: path.to_owned(),
-                at: e.valid_up_to(),
-            })?;
-            let props = toml_file::parse(text).map_err(|e| match e {
-                TomlError::Parse(message) => ConfigError::Toml {
-                    role,
-                    path: path.to_owned(),
-                    message,
-                },
-                TomlError::Unsupported { key, kind } => ConfigError::UnsupportedValue {
-                    role,
-                    path: path.to_owned(),
-                    key,
-                    kind,
-                },
-            })?;
-            let secret_keys = secret_keys(&props);
-            (props, secret_keys)
+        let (props, secret_keys) = match Format::named(path) {
+            Some(Format::Properties) => read_properties(role, path, &contents.bytes)?,
+            Some(Format::Toml) => read_toml(role, path, &contents.bytes)?,
+            None => read_by_content(role, path, &contents.bytes)?,
         };
         if !secret_keys.is_empty() {
             let holding = secret_keys
@@ -461,10 +438,20 @@ impl ClientProps {
         use rdkafka::consumer::BaseConsumer;
         use rdkafka::error::KafkaError;
         use rdkafka::producer::BaseProducer;
+        use rdkafka::types::RDKafkaConfRes;
         let rejected = |e: KafkaError| ConfigError::Rejected {
             role: self.role,
             path: self.path.clone(),
             message: self.redact(&match e {
+                KafkaError::ClientConfig(
+                    RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN,
+                    description,
+                    key,
+                    _,
+                ) => match nearest_property(&key) {
+                    Some(near) => format!("key `{key}`: {description}; did you mean `{near}`?"),
+                    None => format!("key `{key}`: {description}"),
+                },
                 KafkaError::ClientConfig(_, description, key, _) => {
                     format!("key `{key}`: {description}")
                 }
@@ -525,6 +512,122 @@ fn secret_keys(props: &BTreeMap<String, String>) -> Vec<String> {
         .filter(|(k, v)| is_secret_key(k) && !v.is_empty())
         .map(|(k, _)| k.clone())
         .collect()
+}
+
+/// The librdkafka property nearest to `key`, a name librdkafka does not have: the one fewest
+/// edits away (a character added, removed or changed), if it is near enough to be a slip of
+/// the keyboard (at most a third of the name, and 3, edited).
+fn nearest_property(key: &str) -> Option<String> {
+    nearest(key, crate::native::librdkafka_property_names())
+}
+
+fn nearest(key: &str, names: impl IntoIterator<Item = String>) -> Option<String> {
+    let limit = (key.chars().count() / 3).min(3);
+    names
+        .into_iter()
+        .map(|name| (edit_distance(key, &name), name))
+        .filter(|(distance, _)| *distance <= limit)
+        .min()
+        .map(|(_, name)| name)
+}
+
+/// Levenshtein's distance between `a` and `b`, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substituted = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
+/// The two formats a config file may be in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Toml,
+    Properties,
+}
+
+impl Format {
+    /// The format a file's name says (`*.toml`, `*.properties`), if it says one.
+    fn named(path: &Path) -> Option<Format> {
+        let ext = path.extension()?;
+        if ext.eq_ignore_ascii_case("properties") {
+            Some(Format::Properties)
+        } else if ext.eq_ignore_ascii_case("toml") {
+            Some(Format::Toml)
+        } else {
+            None
+        }
+    }
+}
+
+/// A config's settings, with the keys that hold secrets.
+type Read = (BTreeMap<String, String>, Vec<String>);
+
+fn read_properties(role: Role, path: &Path, bytes: &[u8]) -> Result<Read, ConfigError> {
+    let parsed = super::properties::parse(bytes).map_err(|e| ConfigError::Properties {
+        role,
+        path: path.to_owned(),
+        line: e.line,
+        message: e.message,
+    })?;
+    warn_utf8_read_as_latin1(role, path, bytes, &parsed.non_ascii);
+    let secret_keys = secret_keys(&parsed.props);
+    Ok((read_java_keys(role, path, &parsed.props)?, secret_keys))
+}
+
+fn read_toml(role: Role, path: &Path, bytes: &[u8]) -> Result<Read, ConfigError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| ConfigError::NotUtf8 {
+        role,
+        path: path.to_owned(),
+        at: e.valid_up_to(),
+    })?;
+    let props = toml_file::parse(text).map_err(|e| match e {
+        TomlError::Parse(message) => ConfigError::Toml {
+            role,
+            path: path.to_owned(),
+            message,
+        },
+        TomlError::Unsupported { key, kind } => ConfigError::UnsupportedValue {
+            role,
+            path: path.to_owned(),
+            key,
+            kind,
+        },
+    })?;
+    let secret_keys = secret_keys(&props);
+    Ok((props, secret_keys))
+}
+
+/// A file whose name says no format (`consumer.config`, `consumer.cfg`): TOML if it is TOML,
+/// else a Java properties file if it is plainly one ([`super::properties::is_plain`]: what Java
+/// MirrorMaker users bring, under whatever name their deployment gave it); else neither, and
+/// the error says how to name it.
+fn read_by_content(role: Role, path: &Path, bytes: &[u8]) -> Result<Read, ConfigError> {
+    let not_toml = match read_toml(role, path, bytes) {
+        Err(ConfigError::Toml { message, .. }) => message,
+        Err(ConfigError::NotUtf8 { at, .. }) => format!("not UTF-8 at byte {at}"),
+        other => return other,
+    };
+    if super::properties::is_plain(bytes) {
+        tracing::debug!(
+            "{role} config {}: read as a Java properties file (it is not TOML)",
+            path.display()
+        );
+        return read_properties(role, path, bytes);
+    }
+    Err(ConfigError::Unrecognised {
+        role,
+        path: path.to_owned(),
+        not_toml,
+    })
 }
 
 /// A `.properties` file is read as ISO-8859-1, as Java reads it ([`super::properties`]); a
@@ -976,5 +1079,43 @@ mod tests {
             err.contains("c.toml") && err.contains("no.such.key"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_java_properties_file_named_otherwise_is_read_by_its_content() {
+        for name in ["consumer.config", "consumer.cfg", "consumer"] {
+            let (_dir, path) = java_file(name, "bootstrap.servers=host:9092\ngroup.id: g\n");
+            let props =
+                ClientProps::load(Role::Consumer, &path).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(props.get("bootstrap.servers"), Some("host:9092"), "{name}");
+            assert_eq!(props.get("group.id"), Some("g"), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_file_neither_toml_nor_plainly_java_properties_names_both_ways_out() {
+        // A TOML file with an unclosed string: as Java properties, the quote would become part
+        // of the value.
+        let (_dir, path) = java_file("consumer.config", "bootstrap.servers = \"host:9092\n");
+        let err = ClientProps::load(Role::Consumer, &path)
+            .unwrap_err()
+            .to_string();
+        for needle in ["consumer.config", "line 1", "*.toml", "*.properties"] {
+            assert!(err.contains(needle), "{needle:?} not in {err}");
+        }
+    }
+
+    #[test]
+    fn a_misspelt_property_is_matched_to_the_known_one_fewest_edits_away() {
+        let known =
+            || ["fetch.wait.max.ms", "fetch.max.bytes", "linger.ms", "acks"].map(str::to_owned);
+        assert_eq!(edit_distance("fetch.wait.max.msec", "fetch.wait.max.ms"), 2);
+        assert_eq!(
+            nearest("fetch.wait.max.msec", known()).as_deref(),
+            Some("fetch.wait.max.ms")
+        );
+        assert_eq!(nearest("lingr.ms", known()).as_deref(), Some("linger.ms"));
+        assert_eq!(nearest("no.such.key", known()), None, "nothing near");
+        assert_eq!(nearest("ack", known()).as_deref(), Some("acks"));
     }
 }

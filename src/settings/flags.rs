@@ -18,7 +18,9 @@ use super::defaults;
     about = "Mirror Kafka topics from a source cluster to a target cluster without losing a record.",
     long_about = "Mirror Kafka topics from a source cluster to a target cluster without losing a \
                   record: commits on the source only what the target acknowledged (KIP-3).\n\n\
-                  Exit codes: 0 clean shutdown, 1 runtime failure, 2 bad usage or configuration.",
+                  Exit codes: 0 clean shutdown (SIGINT/SIGTERM, during the start too), 1 runtime \
+                  failure, 2 bad usage or configuration, 130 a second SIGINT/SIGTERM a second or \
+                  more after the first (exit at once, without waiting for the flush).",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
 )]
@@ -41,7 +43,7 @@ pub enum Command {
     /// Compare source topics with their mirror record by record; takes the mirror's flags
     /// unchanged (--target.topic, --partitioning, --loop.prevention decide what is compared). Exit 0 if nothing is missing,
     /// changed, out of order or misplaced (duplicates are reported, not failures, unless
-    /// --exactly.once: then each is named and fails the check), 1 otherwise.
+    /// --exactly.once: then each is named and fails the check), 1 otherwise, 2 for bad usage.
     Verify(Box<VerifyArgs>),
     /// Translate a source consumer group's committed offsets to target offsets through the
     /// offset mapping the mirror stores; with --apply, commit them to the same group on the
@@ -159,7 +161,8 @@ pub struct MirrorArgs {
     )]
     pub whitelist: Option<String>,
 
-    /// Mirror threads; each is one consumer in the group and runs consume → produce.
+    /// Mirror threads (1 to 256); each is one consumer in the group and runs consume →
+    /// produce.
     #[arg(
         long = "num.streams",
         value_name = "N",
@@ -168,15 +171,16 @@ pub struct MirrorArgs {
     )]
     pub num_streams: u32,
 
-    /// Target producers per stream of the record engine (`--copy.mode records`), each target
+    /// Target producers (1 to 16) per stream of the record engine (`--copy.mode records`), each target
     /// partition always through the same one: librdkafka sends one partition per Produce
     /// request and a broker serves one request per connection at a time, so more producers
     /// cut the wait of records spread over many partitions. The batch engine puts many
     /// partitions in one request and has no use for it; with --exactly.once true a stream
     /// keeps its one transactional producer.
     #[arg(long = "producers.per.stream", value_name = "N",
+          default_value_t = defaults::PRODUCERS_PER_STREAM,
           value_parser = clap::value_parser!(u32).range(1..=16))]
-    pub producers_per_stream: Option<u32>,
+    pub producers_per_stream: u32,
 
     /// How often acknowledged offsets are committed on the source.
     #[arg(long = "offset.commit.interval.ms", value_name = "MS", default_value_t = defaults::COMMIT_INTERVAL_MS,
@@ -233,8 +237,8 @@ pub struct MirrorArgs {
     /// The source topic heartbeats are written to (created if absent: 1 partition, one hour
     /// of retention).
     #[arg(long = "heartbeats.topic", value_name = "NAME", value_parser = topic_name,
-          requires = "heartbeats_interval_ms")]
-    pub heartbeats_topic: Option<String>,
+          default_value = defaults::HEARTBEATS_TOPIC, requires = "heartbeats_interval_ms")]
+    pub heartbeats_topic: String,
 
     /// Refuse client settings that could lose records (acks other than all, auto commit,
     /// delivery timeouts, ...). false uses your settings as given.
@@ -377,7 +381,9 @@ pub struct MirrorArgs {
           default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub loop_prevention: bool,
 
-    /// This mirror's source cluster, as written into provenance headers.
+    /// This mirror's source cluster, as written into provenance headers. Unset by default:
+    /// then the offset-mapping and ACL-sync topics are named after "source", and heartbeats
+    /// are keyed by the source's bootstrap.servers (--loop.prevention needs it set).
     #[arg(long = "source.cluster.name", value_name = "NAME")]
     pub source_cluster_name: Option<String>,
 

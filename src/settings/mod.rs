@@ -31,7 +31,7 @@ pub mod defaults {
     use super::flags::Partitioning;
 
     pub const NUM_STREAMS: u32 = 1;
-    pub const PRODUCERS_PER_STREAM: usize = 1;
+    pub const PRODUCERS_PER_STREAM: u32 = 1;
     pub const COMMIT_INTERVAL_MS: u64 = 60_000;
     pub const ABORT_ON_SEND_FAILURE: bool = true;
     pub const NO_DATA_LOSS: bool = true;
@@ -206,6 +206,8 @@ pub struct Settings {
     /// `--copy.mode auto` chose the batch engine: a broker it cannot speak to at start makes it
     /// copy records instead (with `--copy.mode batches` that is an error).
     pub batches_by_auto: bool,
+    /// `--metrics.addr`, resolved: where metrics and health are served.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// `--heartbeats.interval.ms` and `--heartbeats.topic`.
@@ -317,15 +319,14 @@ impl Settings {
         settings.on_source_gap = args.on_source_gap;
         settings.throttle_bytes_per_second = args.throttle_bytes_per_second;
         settings.throttle_records_per_second = args.throttle_records_per_second;
-        if let Some(n) = args.producers_per_stream {
-            if exactly_once.is_some() && n > 1 {
-                return Err(SettingsError::Usage(format!(
-                    "--producers.per.stream {n}: with --exactly.once true each stream has one \
-                     transactional producer; drop --producers.per.stream"
-                )));
-            }
-            settings.producers_per_stream = n as usize;
+        let n = args.producers_per_stream;
+        if exactly_once.is_some() && n > 1 {
+            return Err(SettingsError::Usage(format!(
+                "--producers.per.stream {n}: with --exactly.once true each stream has one \
+                 transactional producer; drop --producers.per.stream"
+            )));
         }
+        settings.producers_per_stream = n as usize;
         if let Some(eo) = exactly_once {
             exactly_once::producer_props(&mut settings.producer);
             settings.exactly_once = Some(eo);
@@ -382,10 +383,7 @@ impl Settings {
             })
         });
         if let Some(ms) = args.heartbeats_interval_ms {
-            let topic = args
-                .heartbeats_topic
-                .clone()
-                .unwrap_or_else(|| defaults::HEARTBEATS_TOPIC.to_owned());
+            let topic = args.heartbeats_topic.clone();
             let source = match &args.source_cluster_name {
                 Some(name) => name.clone(),
                 None => settings
@@ -433,6 +431,12 @@ impl Settings {
                 interval: Duration::from_millis(args.sync_group_offsets_interval_ms),
             });
         }
+        settings.metrics_addr = args
+            .metrics_addr
+            .as_deref()
+            .map(metrics_addr)
+            .transpose()
+            .map_err(SettingsError::Usage)?;
         let handler_args = plugin_args(
             "message handler arguments",
             "--message.handler.args.file",
@@ -547,7 +551,7 @@ impl Settings {
             on_source_gap: defaults::ON_SOURCE_GAP,
             on_handler_error: OnHandlerError::Stop,
             throttle_bytes_per_second: None,
-            producers_per_stream: defaults::PRODUCERS_PER_STREAM,
+            producers_per_stream: defaults::PRODUCERS_PER_STREAM as usize,
             throttle_records_per_second: None,
             heartbeats: None,
             max_in_flight_records: (queue_messages / 2).max(1),
@@ -569,6 +573,7 @@ impl Settings {
             batches: false,
             batches_refused: None,
             batches_by_auto: false,
+            metrics_addr: None,
         })
     }
 }
@@ -836,6 +841,15 @@ pub fn batch_request_wait(settings: &Settings) -> Duration {
 /// reason to copy records, so a longer wait would only hold the start.
 pub fn batch_probe_wait(settings: &Settings) -> Duration {
     batch_request_wait(settings).min(Duration::from_secs(10))
+}
+
+/// `--metrics.addr`: a HOST:PORT that resolves.
+fn metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    text.to_socket_addrs()
+        .map_err(|e| format!("--metrics.addr {text:?} is not a HOST:PORT address: {e}"))?
+        .next()
+        .ok_or_else(|| format!("--metrics.addr {text:?} resolves to no address"))
 }
 
 /// `--on.handler.error`: what a record the message handler refuses does.

@@ -63,6 +63,29 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, Error> {
     Ok(out)
 }
 
+/// Whether `bytes` are plainly a Java properties file of client settings, for a file whose
+/// name says no format and that is not TOML: it reads without error, holds at least one
+/// property, every key is a property name (ASCII letters, digits, `.`, `_`, `-`) and one at
+/// least is dotted (`bootstrap.servers`), and no value starts as TOML's strings, arrays and
+/// tables do (`"`, `'`, `[`, `{`). A TOML file with a mistake is no properties file: read so,
+/// its quotes would end up in the values.
+pub fn is_plain(bytes: &[u8]) -> bool {
+    let Ok(parsed) = parse(bytes) else {
+        return false;
+    };
+    let name = |key: &str| {
+        key.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    };
+    let tomlish = |value: &str| value.starts_with(['"', '\'', '[', '{']);
+    !parsed.props.is_empty()
+        && parsed.props.keys().any(|k| k.contains('.'))
+        && parsed
+            .props
+            .iter()
+            .all(|(key, value)| name(key) && !tomlish(value))
+}
+
 /// One logical line: continuations joined, without the backslashes that join them.
 struct Line {
     /// ISO-8859-1: one character per byte, each at most U+00FF.
@@ -313,6 +336,28 @@ mod tests {
         p.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn only_dotted_property_names_with_values_no_toml_would_quote_are_plainly_properties() {
+        for plain in [
+            &b"bootstrap.servers=a:9092\ngroup.id=g\n"[..],
+            b"# comment\n! comment\nbootstrap.servers: a:9092\nacks all\n",
+            b"sasl.jaas.config=org.Module required \\\n  username=\"u\";\n",
+        ] {
+            assert!(is_plain(plain), "{}", String::from_utf8_lossy(plain));
+        }
+        for not in [
+            &b""[..],
+            b"# only a comment\n",
+            b"acks=all\n",
+            b"bootstrap.servers = \"a:9092\n",
+            b"[consumer]\nbootstrap.servers=a:9092\n",
+            b"bootstrap.servers = ['a:9092']\n",
+            b"ssl = { key = 1 }\nbootstrap.servers=a\n",
+        ] {
+            assert!(!is_plain(not), "{}", String::from_utf8_lossy(not));
+        }
     }
 
     // Each expectation below is what Java 17's `Properties.load(InputStream)` returns for the

@@ -44,8 +44,16 @@ pub struct TopicFilter {
 
 impl TopicFilter {
     /// Reads `--whitelist` as Java MirrorMaker's `TopicFilter` did (see [`java_whitelist`]).
+    /// An empty one (`''`, or only quotes, spaces and commas) is refused: it would match no
+    /// topic, a mirror that copies nothing.
     pub fn new(given: &str) -> Result<TopicFilter, SettingsError> {
         let pattern = java_whitelist(given);
+        if pattern.split('|').all(str::is_empty) {
+            return Err(SettingsError::Usage(format!(
+                "--whitelist {given:?} is empty and would match no topic: give a pattern, \
+                 e.g. 'orders|payments.*', or '.*' to mirror every topic"
+            )));
+        }
         let regex = Regex::new(&format!("^(?:{pattern})$")).map_err(|e| SettingsError::Regex {
             pattern: given.to_owned(),
             message: one_line_regex_error(&e),
@@ -513,5 +521,13 @@ mod tests {
         let err = TopicFilter::new("orders(").unwrap_err().to_string();
         assert!(!err.contains('\n'), "{err}");
         assert!(err.contains("orders("), "{err}");
+    }
+
+    #[test]
+    fn a_whitelist_that_is_empty_once_read_as_java_reads_it_is_refused() {
+        for given in ["", "  ", "''", "\"\"", ",", " , "] {
+            let err = TopicFilter::new(given).unwrap_err().to_string();
+            assert!(err.contains("'.*'"), "{given:?}: {err}");
+        }
     }
 }

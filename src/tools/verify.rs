@@ -9,6 +9,8 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::compare::{fingerprint, fingerprint_stamped, reader_from, scan, Reader};
+use crate::mirror::clients::Cluster;
+use crate::mirror::probe::reach;
 use crate::settings::client::{ClientProps, Role};
 use crate::settings::flags::{Isolation, Partitioning, Until, VerifyArgs};
 use crate::settings::routing::{Provenance, TopicFilter, TopicTemplate};
@@ -205,13 +207,13 @@ struct Seen {
 }
 
 /// Compares every matching source topic with its target topic (`--target.topic`).
+/// Both clusters are reached first, as the mirror and `check` reach them: one that does not
+/// answer within `--timeout.ms` is named with its address and config file.
 pub fn verify(v: &Verification) -> anyhow::Result<Report> {
-    use anyhow::Context;
+    let metadata = reach(&v.source, Cluster::Source, v.idle_timeout)?;
+    reach(&v.target, Cluster::Target, v.idle_timeout)?;
     let source = v.reader(&v.source)?;
     let target = v.reader(&v.target)?;
-    let metadata = source
-        .fetch_metadata(None, v.idle_timeout)
-        .with_context(|| format!("listing the source's topics ({})", v.source.path.display()))?;
     let topics = v.topics.select(&metadata);
     let mut report = Report {
         until: Some(v.until),
