@@ -583,8 +583,11 @@ fn recopy_start_of_many_segments_takes_one_pass() {
     for offset in (0..100_000).step_by(5_000) {
         assert_eq!(recopy_start(&segments, offset), offset * 2);
     }
+    // Not a speed test: the bound only tells one pass (milliseconds: 800,000 segment visits)
+    // from the quadratic version (8e9 comparisons, minutes), with room for a machine busy
+    // with a whole test suite, where 2 s once failed.
     assert!(
-        started.elapsed() < std::time::Duration::from_secs(2),
+        started.elapsed() < std::time::Duration::from_secs(30),
         "{:?}",
         started.elapsed()
     );
