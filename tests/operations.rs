@@ -690,11 +690,13 @@ fn one_signal_during_start_up_stops_at_once_with_0() {
     assert!(mirror.is_running(), "{}", mirror.log());
     let signalled = std::time::Instant::now();
     mirror.signal("TERM");
-    let status = mirror.wait(Duration::from_secs(5));
+    let status = mirror.wait(Duration::from_secs(20));
     let took = signalled.elapsed();
     let log = mirror.log();
     assert_eq!(status.code(), Some(0), "{log}");
-    assert!(took < Duration::from_secs(2), "took {took:?}: {log}");
+    // Not a speed test: well within the 60 s start-up timeout it used to wait out, with room
+    // for a busy machine.
+    assert!(took < Duration::from_secs(10), "took {took:?}: {log}");
     assert!(!log.contains("cannot reach"), "{log}");
 }
 
