@@ -23,16 +23,18 @@
 //!    values masked in what is printed), [`settings::routing`] (whitelist, target-topic template, provenance),
 //!    [`settings::exactly_once`] (what `--exactly.once true` needs), validated into
 //!    [`settings::Settings`] before any broker is contacted.
-//! 4. [`mirror`]: the data path, in two wings by guarantee over what both share:
-//!    [`mirror::pipeline`] probes both clusters ([`mirror::probe`]) and runs one stream per
-//!    thread; [`mirror::at_least_once`] (the default: consume, route, produce, track, commit,
-//!    flush and commit before partitions move) and [`mirror::exactly_once`] (copy in target
-//!    transactions with each partition's progress); shared by both: [`mirror::route`],
+//! 4. [`mirror`]: the data path, in three wings (two guarantees, and a second copy engine)
+//!    over what they share: [`mirror::pipeline`] probes both clusters ([`mirror::probe`]) and
+//!    runs one stream per thread; [`mirror::at_least_once`] (records through librdkafka:
+//!    consume, route, produce, track, commit, flush and commit before partitions move),
+//!    [`mirror::batches`] (the default engine: record batches copied as they came, through
+//!    our own Fetch and idempotent Produce) and [`mirror::exactly_once`] (copy in target
+//!    transactions with each partition's progress); shared by them: [`mirror::route`],
 //!    [`mirror::subscription`], [`mirror::source`], [`mirror::flush`], [`mirror::offsets`]
 //!    (the in-flight tracker), [`mirror::target`], [`mirror::topics`], [`mirror::clients`],
 //!    [`mirror::state`]; and the offset mapping, [`mirror::mapping`] (segments, the store on
-//!    the target, translation, consumer groups synced to the target). The two wings never
-//!    import each other. Each folder's `mod.rs` maps its own files.
+//!    the target, translation, consumer groups synced to the target). The wings never import
+//!    each other. Each folder's `mod.rs` maps its own files.
 //! 5. [`ops`] ([`ops::metrics`], [`ops::health`], [`ops::progress`], systemd notification in
 //!    [`ops::notify`], [`ops::logging`]) and [`tools`] ([`tools::check`], [`tools::verify`],
 //!    [`tools::demo`], [`tools::translate`], record comparison in [`tools::compare`]): they read the mirror's state

@@ -2,7 +2,7 @@
 //! same librdkafka keys of the same client config as the record engine's: `security.protocol`,
 //! the `ssl.*` keys of TLS and the `sasl.*` keys of PLAIN and SCRAM. What the engine cannot
 //! honour is a refusal naming the key, never a key silently ignored. Only the keys are read
-//! here; the files they name are read when the engine connects (`mirror::batches::secure`).
+//! here; the files they name are read when the engine connects (`mirror::batches::tls`).
 
 use super::client::ClientProps;
 
