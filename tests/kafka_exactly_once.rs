@@ -35,6 +35,14 @@ const QUICK_SESSION: &[(&str, &str)] = &[
 /// `verify --exactly.once --isolation read_committed --json` over the pair's topic: asserts
 /// exit 0 and returns the report's totals (source records, duplicated).
 fn verified_exactly_once(pair: &KafkaPair) -> serde_json::Value {
+    verified_exactly_once_or_say(pair, String::new)
+}
+
+/// [`verified_exactly_once`], with what `logs` gives (the mirrors' logs) in the failure.
+fn verified_exactly_once_or_say(
+    pair: &KafkaPair,
+    logs: impl FnOnce() -> String,
+) -> serde_json::Value {
     let (code, stdout, stderr) =
         pair.verify(&["--exactly.once", "--isolation", "read_committed", "--json"]);
     let json: serde_json::Value = serde_json::from_str(&stdout)
@@ -42,7 +50,8 @@ fn verified_exactly_once(pair: &KafkaPair) -> serde_json::Value {
     assert_eq!(
         code,
         Some(0),
-        "verify --exactly.once failed: {json}\n{stderr}"
+        "verify --exactly.once failed: {json}\n{stderr}\n{}",
+        logs()
     );
     json["totals"].clone()
 }
@@ -506,7 +515,8 @@ fn paused_at(brokers: &[(&str, &str)], consumer: &[(&str, &str)], protocol: &str
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(sleeper.stop().code(), Some(0), "a log:\n{}", sleeper.log());
     let a_log = sleeper.log();
-    let totals = verified_exactly_once(&pair);
+    let totals =
+        verified_exactly_once_or_say(&pair, || format!("a log:\n{a_log}\nb log:\n{b_log}"));
     eprintln!(
         "TRIAL exactly-once paused at {point} kafka 4.4.0 ({protocol}): 6000 records, \
          verify: {totals}, {:.0} s",
