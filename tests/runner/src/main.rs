@@ -901,4 +901,13 @@ mod tests {
             ])
         );
     }
+
+    #[test]
+    fn the_suite_file_parses() {
+        // A malformed line stops every run at once (a name glued to its weight did).
+        let path = workspace_root().join("tests/suite.tsv");
+        let text = std::fs::read_to_string(&path).expect("tests/suite.tsv");
+        let plan = parse_plan(&text).unwrap_or_else(|e| panic!("{}:{e}", path.display()));
+        assert!(plan.contains_key("kafka_trials") && plan.contains_key("mirror-maker"));
+    }
 }
