@@ -354,6 +354,20 @@ pub(crate) fn compress(compression: Compression, plain: &[u8]) -> io::Result<Vec
         .expect("an uncapped sink keeps its bytes"))
 }
 
+/// The header of a raw snappy block that states `len` bytes uncompressed (an unsigned
+/// varint), for the tests of the bound on it.
+#[cfg(test)]
+pub(super) fn snappy_length_header(len: u64) -> Vec<u8> {
+    let mut header = Vec::new();
+    let mut n = len;
+    while n >= 0x80 {
+        header.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    header.push(n as u8);
+    header
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,13 +497,7 @@ mod tests {
         assert_eq!(read_all(&raw, Compression::Snappy).unwrap(), want);
 
         // A raw block that states SNAPPY_BLOCK_BOUND + 1 bytes (its varint header alone).
-        let mut claim = Vec::new();
-        let mut n = SNAPPY_BLOCK_BOUND as u64 + 1;
-        while n >= 0x80 {
-            claim.push((n as u8) | 0x80);
-            n >>= 7;
-        }
-        claim.push(n as u8);
+        let mut claim = snappy_length_header(SNAPPY_BLOCK_BOUND as u64 + 1);
         claim.extend([0u8; 16]);
         for body in [claim.clone(), {
             let mut framed = XERIAL_HEADER.to_vec();

@@ -1251,13 +1251,7 @@ fn a_batch_that_expands_a_thousandfold_is_encoded_again_in_bounded_memory() {
 #[test]
 fn a_snappy_block_past_the_bound_is_refused_naming_the_offsets_size_and_bound() {
     let bound = codec::SNAPPY_BLOCK_BOUND;
-    let mut section = Vec::new();
-    let mut n = bound as u64 + 1;
-    while n >= 0x80 {
-        section.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    section.push(n as u8);
+    let mut section = codec::snappy_length_header(bound as u64 + 1);
     section.extend([0u8; 32]);
     let good = Source::new(Compression::Snappy, 700, 3).batch();
     let mut bytes = good[..HEADER_LEN].to_vec();
